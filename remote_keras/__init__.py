@@ -1,0 +1,37 @@
+"""remote_keras: Keras's ImageDataGenerator, reading images from object storage.
+
+Change one import line::
+
+    from remote_keras import ImageDataGenerator
+
+and `flow_from_dataframe` / `flow_from_directory` accept `s3://`, `gs://`,
+`az://`, `http(s)://`, `lakefs://` and any other fsspec URL, read through a
+pluggable loader on thread pools.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from keras.src.legacy.preprocessing.image import Iterator, NumpyArrayIterator
+
+from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
+from remote_keras.generator import ImageDataGenerator
+from remote_keras.iterators import DataFrameIterator, DirectoryIterator
+from remote_keras.loaders import FsspecLoader, decode_image
+
+try:
+    __version__ = version("remote-keras")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "DataFrameIterator",
+    "DirectoryIterator",
+    "FsspecLoader",
+    "ImageDataGenerator",
+    "ImageDecodeError",
+    "ImageLoadError",
+    "Iterator",
+    "MissingBackendError",
+    "NumpyArrayIterator",
+    "decode_image",
+]

@@ -1,0 +1,141 @@
+"""Errors raised by remote_keras, and the one place storage errors are translated.
+
+Every error names the URL (or dataframe row) at fault and never a secret.
+Callers catch the builtin families they already know::
+
+    OSError
+    ├── FileNotFoundError        missing object, prefix or `directory`
+    ├── PermissionError          bad or missing credentials
+    └── ImageLoadError           any other failure to read bytes
+    ValueError
+    └── ImageDecodeError         bytes that are not a decodable image
+    ImportError
+    └── MissingBackendError      a URL whose fsspec backend is not installed
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit, urlunsplit
+
+# Protocol -> the extra of remote-keras that installs its backend.
+EXTRAS_BY_PROTOCOL = {
+    "s3": "s3",
+    "s3a": "s3",
+    "gs": "gcs",
+    "gcs": "gcs",
+    "az": "azure",
+    "abfs": "azure",
+    "abfss": "azure",
+    "adl": "azure",
+    "http": "http",
+    "https": "http",
+    "lakefs": "lakefs",
+}
+
+_SECRET_QUERY_KEYS = re.compile(r"(signature|token|key|credential|secret|password|sig)", re.I)
+
+
+class ImageLoadError(OSError):
+    """Reading an image's bytes failed for a reason other than absence or permission.
+
+    Attributes:
+        url: The path or URL that could not be read (credentials redacted).
+    """
+
+    def __init__(self, url: str, message: str) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class ImageDecodeError(ValueError):
+    """The bytes read from `url` are not an image Pillow can decode.
+
+    Attributes:
+        url: The path or URL whose content is corrupt, truncated or not an image.
+    """
+
+    def __init__(self, url: str, message: str) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class MissingBackendError(ImportError):
+    """The fsspec backend for a URL's protocol is not installed."""
+
+
+def redact(url: str) -> str:
+    """Returns `url` without user info or secret-looking query values."""
+    if "://" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = parts.query
+    if query:
+        query = "&".join(
+            f"{k}=***" if _SECRET_QUERY_KEYS.search(k) else f"{k}={v}" if sep else k
+            for k, sep, v in (item.partition("=") for item in query.split("&"))
+        )
+    if netloc == parts.netloc and query == parts.query:
+        return url
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def missing_backend(url: str, cause: ImportError) -> MissingBackendError:
+    """Builds the error for a URL whose backend is not installed."""
+    protocol = url.split("::")[-1].split("://", 1)[0] if "://" in url else "file"
+    extra = EXTRAS_BY_PROTOCOL.get(protocol)
+    hint = (
+        f"pip install 'remote-keras[{extra}]'"
+        if extra
+        else "install the fsspec implementation for this protocol"
+    )
+    return MissingBackendError(
+        f"Cannot read {redact(url)!r}: the {protocol!r} backend is not installed "
+        f"({cause}). Fix: {hint}"
+    )
+
+
+def translate(url: str, exc: BaseException) -> BaseException:
+    """Maps an exception from a loader or filesystem to remote_keras's families.
+
+    Args:
+        url: The path or URL being read.
+        exc: What the loader or filesystem raised.
+
+    Returns:
+        An exception naming `url`, with `exc` as its cause. Exceptions that
+        already name the URL (our own types) are returned unchanged.
+    """
+    if isinstance(exc, (ImageLoadError, ImageDecodeError, MissingBackendError)):
+        return exc
+    shown = redact(url)
+    cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if isinstance(exc, FileNotFoundError):
+        new: BaseException = FileNotFoundError(f"No such file or object: {shown!r} ({cause})")
+    elif isinstance(exc, PermissionError):
+        new = PermissionError(f"Access denied to {shown!r} ({cause}); check the credentials")
+    elif isinstance(exc, ImportError):
+        new = missing_backend(url, exc)
+    elif isinstance(exc, ValueError) and "Protocol not known" in str(exc):
+        new = ValueError(f"Unknown protocol in {shown!r} ({exc})")
+    else:
+        new = ImageLoadError(shown, f"Could not read {shown!r}: {cause}")
+    new.__cause__ = exc
+    return new
+
+
+@contextmanager
+def reading(url: str) -> Iterator[None]:
+    """Context manager that re-raises storage errors for `url` translated."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - translated and re-raised
+        raise translate(url, exc) from exc

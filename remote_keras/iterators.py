@@ -1,0 +1,614 @@
+"""Keras's file iterators, reading through a pluggable loader on thread pools.
+
+`DataFrameIterator` and `DirectoryIterator` subclass Keras 3's own classes and
+keep their arguments, defaults, attributes and messages. What changes:
+
+- every read goes through `loader` (default: fsspec), so URLs work;
+- files are fetched and decoded concurrently, and batches asked for in order
+  are built ahead of time (`remote_keras.prefetch`);
+- `__getitem__` and `__next__` are thread-safe: the lock covers only choosing
+  the samples and drawing their random transforms;
+- with a `seed`, the sample order and augmentation of batch `b` in epoch `e`
+  depend only on `(seed, e, b)`. They equal stock Keras's when batches are
+  read in order (`it[0], it[1], ...` in the first epoch, or `next(it)`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import posixpath
+import threading
+import warnings
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from keras.src import backend
+from keras.src.legacy.preprocessing import image as keras_image
+from keras.src.utils import image_utils, io_utils
+
+from remote_keras import errors, storage
+from remote_keras.loaders import FsspecLoader, Loader, decode_image
+from remote_keras.prefetch import Prefetcher, WorkerPools
+
+# Global `np.random` is shared by every thread; Keras's augmentation draws from it.
+_NUMPY_RANDOM_LOCK = threading.Lock()
+
+DEFAULT_WORKERS = 4
+DEFAULT_PREFETCH_BATCHES = 4
+DEFAULT_MAX_IN_FLIGHT = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+    """What one batch holds, decided under the iterator's lock before loading."""
+
+    indices: np.ndarray
+    transforms: list[dict] | None
+    save_hashes: list[int] | None
+
+
+class RemoteBatchMixin:
+    """Batch loading through a loader and thread pools, for file-based iterators.
+
+    Mixed into `DataFrameIterator` and `DirectoryIterator` ahead of Keras's
+    classes; it replaces `__getitem__`, `__next__`, `on_epoch_end` and
+    `_get_batches_of_transformed_samples`.
+    """
+
+    def _init_remote(
+        self,
+        loader: Loader | None,
+        storage_options: dict[str, Any] | None,
+        workers: int,
+        use_multiprocessing: bool,
+        max_queue_size: int,
+        prefetch_batches: int,
+        max_in_flight: int,
+        decode_workers: int | None,
+    ) -> None:
+        for name, value, least in (
+            ("workers", workers, 1),
+            ("max_queue_size", max_queue_size, 1),
+            ("prefetch_batches", prefetch_batches, 0),
+            ("max_in_flight", max_in_flight, 1),
+        ):
+            if not isinstance(value, int) or value < least:
+                raise ValueError(
+                    f"`{name}` must be an integer >= {least}. Received: {name}={value!r}"
+                )
+        if loader is not None and not callable(loader):
+            raise TypeError(
+                "`loader` must be a callable taking a path and returning bytes, a file-like "
+                f"object, a PIL image or a numpy array. Received: loader={loader!r}"
+            )
+        self.filesystems = storage.FileSystems(storage_options)
+        self.loader = loader if loader is not None else FsspecLoader(storage_options)
+        self._knobs = dict(
+            workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size
+        )
+        self.prefetch_batches = prefetch_batches
+        self.max_in_flight = max_in_flight
+        self._pools = WorkerPools(prefetch_batches + 2, max_in_flight, decode_workers)
+        self._prefetcher = Prefetcher(self._pools, prefetch_batches)
+        self._finalizer = weakref.finalize(self, self._pools.close)
+        self._epoch = 0
+        self._stream_position = 0
+        self._orders: dict[int, np.ndarray] = {}
+        self._last_requested: int | None = None
+
+    def _finish_init(self) -> None:
+        """Runs after Keras's `__init__`: URL-aware paths and `PyDataset` knobs."""
+        self._filepaths = [storage.join(self.directory, name) for name in self.filenames]
+        # Keras's iterators do not forward these to `PyDataset.__init__`.
+        self.workers = self._knobs["workers"]
+        self.use_multiprocessing = self._knobs["use_multiprocessing"]
+        self.max_queue_size = self._knobs["max_queue_size"]
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Stops the background threads; the iterator cannot load batches afterwards."""
+        with self.lock:
+            self._prefetcher.clear()
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ order and plans
+
+    def _epoch_order(self, epoch: int) -> np.ndarray:
+        """Sample order of `epoch` (caller holds `self.lock`)."""
+        order = self._orders.get(epoch)
+        if order is None:
+            if not self.shuffle:
+                order = np.arange(self.n)
+            elif self.seed is not None:
+                # Same draw as Keras: `np.random.seed(seed + batches seen); permutation(n)`.
+                rng = np.random.RandomState(self.seed + epoch * len(self))
+                order = rng.permutation(self.n)
+            else:
+                with _NUMPY_RANDOM_LOCK:
+                    order = np.random.permutation(self.n)
+            self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
+            self._orders[epoch] = order
+        return order
+
+    def _plan(self, epoch: int, index: int) -> BatchPlan:
+        """Chooses the samples of batch `index` of `epoch` and draws their transforms."""
+        order = self._epoch_order(epoch)
+        if epoch == self._epoch:
+            self.index_array = order
+        indices = order[self.batch_size * index : self.batch_size * (index + 1)]
+        seed = None if self.seed is None else self.seed + epoch * len(self) + index
+        # Keras draws the epoch's permutation and then batch 0's transforms from one seed.
+        skip_permutation = self.shuffle and index == 0
+        return self._draw_plan(indices, seed, skip_permutation)
+
+    def _draw_plan(
+        self, indices: np.ndarray, seed: int | None, skip_permutation: bool = False
+    ) -> BatchPlan:
+        generator = self.image_data_generator
+        if not generator and not self.save_to_dir:
+            return BatchPlan(indices, None, None)
+        with _NUMPY_RANDOM_LOCK:
+            saved = np.random.get_state() if seed is not None else None
+            try:
+                if seed is not None:
+                    np.random.seed(seed)
+                    if skip_permutation:
+                        np.random.permutation(self.n)
+                transforms = (
+                    [generator.get_random_transform(self.image_shape) for _ in indices]
+                    if generator
+                    else None
+                )
+                hashes = [np.random.randint(1e7) for _ in indices] if self.save_to_dir else None
+            finally:
+                if saved is not None:
+                    np.random.set_state(saved)
+        return BatchPlan(indices, transforms, hashes)
+
+    # ------------------------------------------------------------------ Keras entry points
+
+    def __getitem__(self, idx: int):
+        if idx >= len(self):
+            raise ValueError(
+                f"Asked to retrieve element {idx}, but the Sequence has length {len(self)}"
+            )
+        with self.lock:
+            self.total_batches_seen += 1
+            epoch = self._epoch
+            previous, self._last_requested = self._last_requested, idx
+            future, prefetched = self._start(epoch, idx)
+            in_order = previous is None or 0 < idx - previous <= max(2, self.workers)
+            if in_order:
+                for ahead in range(idx + 1, min(idx + 1 + self.prefetch_batches, len(self))):
+                    self._start_ahead(epoch, ahead)
+        return self._result(future, prefetched, epoch, idx)
+
+    def __next__(self):
+        with self.lock:
+            length = max(len(self), 1)
+            epoch, index = divmod(self._stream_position, length)
+            self._stream_position += 1
+            self.total_batches_seen += 1
+            self.batch_index = (index + 1) % length
+            future, prefetched = self._start(epoch, index)
+            for step in range(1, self.prefetch_batches + 1):
+                self._start_ahead(*divmod(self._stream_position - 1 + step, length))
+        return self._result(future, prefetched, epoch, index)
+
+    def reset(self) -> None:
+        """Makes the next `next()` call start a new epoch, as Keras does."""
+        with self.lock:
+            length = max(len(self), 1)
+            self._stream_position = -(-self._stream_position // length) * length
+            self.batch_index = 0
+
+    def on_epoch_end(self) -> None:
+        with self.lock:
+            self._epoch += 1
+            self._last_requested = None
+            self._prefetcher.clear()
+            self.index_array = self._epoch_order(self._epoch)
+
+    def _get_batches_of_transformed_samples(self, index_array):
+        """Loads the samples `index_array`, drawing transforms from the global `np.random`."""
+        plan = self._draw_plan(np.asarray(index_array), seed=None)
+        return self._assemble(plan, self._load(plan))
+
+    # ------------------------------------------------------------------ loading
+
+    def _start(self, epoch: int, index: int):
+        return self._prefetcher.take((epoch, index), lambda: self._task(epoch, index))
+
+    def _start_ahead(self, epoch: int, index: int) -> None:
+        self._prefetcher.ahead((epoch, index), lambda: self._task(epoch, index))
+
+    def _task(self, epoch: int, index: int):
+        plan = self._plan(epoch, index)
+        ref = weakref.ref(self)
+
+        def build():
+            iterator = ref()
+            if iterator is None:
+                raise RuntimeError("The iterator was garbage-collected.")
+            return plan, iterator._load(plan)
+
+        return build
+
+    def _result(self, future, prefetched: bool, epoch: int, index: int):
+        try:
+            plan, batch_x = future.result()
+        except Exception:
+            if not prefetched:
+                raise
+            # A batch built ahead failed: try once more now, and raise from that attempt.
+            with self.lock:
+                build = self._task(epoch, index)
+            plan, batch_x = build()
+        return self._assemble(plan, batch_x)
+
+    def _load(self, plan: BatchPlan) -> np.ndarray:
+        """Fetches and decodes the samples of `plan` into one array."""
+        filepaths = self.filepaths
+        paths = [filepaths[j] for j in plan.indices]
+        batch_x = np.zeros((len(paths),) + self.image_shape, dtype=self.dtype)
+        if not paths:
+            return batch_x
+        decode_pool = self._pools.get("decode")
+        futures = []
+        for i, data in enumerate(self._fetch(paths)):
+            transform = plan.transforms[i] if plan.transforms is not None else None
+            futures.append(decode_pool.submit(self._sample, data, paths[i], transform))
+        try:
+            for i, future in enumerate(futures):
+                batch_x[i] = future.result()
+        finally:
+            for future in futures:
+                future.cancel()
+        return batch_x
+
+    def _fetch(self, paths: Sequence[str]) -> list[Any]:
+        """Reads `paths` through the loader; exceptions are returned in place."""
+        loader = self.loader
+        if hasattr(loader, "load_many"):
+            return loader.load_many(paths)
+        fetch_pool = self._pools.get("fetch")
+        futures = [fetch_pool.submit(loader, path) for path in paths]
+        results = []
+        for path, future in zip(paths, futures):
+            try:
+                results.append(future.result())
+            except Exception as exc:  # noqa: BLE001 - raised by `_sample`, in order
+                results.append(errors.translate(path, exc))
+        return results
+
+    def _sample(self, data: Any, path: str, transform: dict | None) -> np.ndarray:
+        """Decodes one image and applies the generator's transform and standardization."""
+        if isinstance(data, BaseException):
+            raise data
+        img = decode_image(
+            data,
+            path,
+            color_mode=self.color_mode,
+            target_size=self.target_size,
+            interpolation=self.interpolation,
+            keep_aspect_ratio=self.keep_aspect_ratio,
+        )
+        x = image_utils.img_to_array(img, data_format=self.data_format)
+        if hasattr(img, "close"):
+            img.close()
+        generator = self.image_data_generator
+        if generator and transform is not None:
+            x = generator.apply_transform(x, transform)
+            x = generator.standardize(x)
+        return x
+
+    def _assemble(self, plan: BatchPlan, batch_x: np.ndarray):
+        """Saves samples if asked and pairs the images with their labels."""
+        indices = plan.indices
+        if self.save_to_dir:
+            for i, j in enumerate(indices):
+                img = image_utils.array_to_img(batch_x[i], self.data_format, scale=True)
+                name = f"{self.save_prefix}_{j}_{plan.save_hashes[i]}.{self.save_format}"
+                target = storage.join(self.save_to_dir, name)
+                if storage.is_url(target):
+                    buffer = io.BytesIO()
+                    img.save(buffer, format=self.save_format)
+                    storage.write_bytes(target, buffer.getvalue(), self.filesystems)
+                else:
+                    img.save(target)
+        if self.class_mode == "input":
+            batch_y = batch_x.copy()
+        elif self.class_mode in {"binary", "sparse"}:
+            batch_y = np.asarray([self.classes[j] for j in indices], dtype=self.dtype)
+        elif self.class_mode == "categorical":
+            batch_y = np.zeros((len(batch_x), len(self.class_indices)), dtype=self.dtype)
+            for i, j in enumerate(indices):
+                batch_y[i, self.classes[j]] = 1.0
+        elif self.class_mode == "multi_output":
+            batch_y = [output[indices] for output in self.labels]
+        elif self.class_mode == "raw":
+            batch_y = self.labels[indices]
+        else:
+            return batch_x
+        if self.sample_weight is None:
+            return batch_x, batch_y
+        return batch_x, batch_y, self.sample_weight[indices]
+
+    # ------------------------------------------------------------------ pickling
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} samples={self.n} batch_size={self.batch_size} "
+            f"directory={errors.redact(str(self.directory))!r}>"
+        )
+
+
+class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
+    """Iterator over images named in a pandas dataframe, local or remote.
+
+    Takes every argument of Keras's `DataFrameIterator`, with the same
+    defaults, plus the keyword-only arguments below. `directory` may be a
+    URL prefix (`"s3://bucket/images"`) and `x_col` may hold full URLs.
+
+    Args:
+        loader: Callable `path -> bytes | file-like | PIL.Image | ndarray`
+            that does all reading. Defaults to fsspec (`FsspecLoader`).
+        storage_options: Passed to fsspec (credentials, `endpoint_url`, ...).
+        workers: Threads (or processes) Keras's `fit` uses to request
+            batches; each builds a different batch. Defaults to 4.
+        use_multiprocessing: Passed to `keras.utils.PyDataset`.
+        max_queue_size: Passed to `keras.utils.PyDataset`. Defaults to 10.
+        prefetch_batches: Batches built ahead when they are asked for in
+            order. Defaults to 4.
+        max_in_flight: Requests in flight for loaders without `load_many`.
+            Defaults to 64.
+        decode_workers: Decoding threads; defaults to one per core.
+    """
+
+    def __init__(
+        self,
+        dataframe,
+        directory=None,
+        image_data_generator=None,
+        x_col="filename",
+        y_col="class",
+        weight_col=None,
+        target_size=(256, 256),
+        color_mode="rgb",
+        classes=None,
+        class_mode="categorical",
+        batch_size=32,
+        shuffle=True,
+        seed=None,
+        data_format="channels_last",
+        save_to_dir=None,
+        save_prefix="",
+        save_format="png",
+        subset=None,
+        interpolation="nearest",
+        keep_aspect_ratio=False,
+        dtype="float32",
+        validate_filenames=True,
+        *,
+        loader: Loader | None = None,
+        storage_options: dict[str, Any] | None = None,
+        workers: int = DEFAULT_WORKERS,
+        use_multiprocessing: bool = False,
+        max_queue_size: int = 10,
+        prefetch_batches: int = DEFAULT_PREFETCH_BATCHES,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        decode_workers: int | None = None,
+    ):
+        self._init_remote(
+            loader,
+            storage_options,
+            workers,
+            use_multiprocessing,
+            max_queue_size,
+            prefetch_batches,
+            max_in_flight,
+            decode_workers,
+        )
+        super().__init__(
+            dataframe,
+            directory=directory,
+            image_data_generator=image_data_generator,
+            x_col=x_col,
+            y_col=y_col,
+            weight_col=weight_col,
+            target_size=target_size,
+            color_mode=color_mode,
+            classes=classes,
+            class_mode=class_mode,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            data_format=data_format,
+            save_to_dir=save_to_dir,
+            save_prefix=save_prefix,
+            save_format=save_format,
+            subset=subset,
+            interpolation=interpolation,
+            keep_aspect_ratio=keep_aspect_ratio,
+            dtype=dtype,
+            validate_filenames=validate_filenames,
+        )
+        self._finish_init()
+
+    def _filter_valid_filepaths(self, df, x_col):
+        """Keeps rows whose file exists, listing remote prefixes instead of one request per row."""
+        paths = [storage.join(self.directory, name) for name in df[x_col]]
+        if not any(storage.is_url(path) for path in paths):
+            return super()._filter_valid_filepaths(df, x_col)
+        if storage.is_url(str(self.directory)):
+            fs, root = self.filesystems.resolve(str(self.directory))
+            if not fs.exists(root):
+                raise FileNotFoundError(
+                    f"No such directory: {errors.redact(str(self.directory))!r}"
+                )
+        exists = storage.existing(paths, self.filesystems)
+        formats = self.white_list_formats
+        mask = np.array(
+            [ok and path.lower().endswith(formats) for path, ok in zip(paths, exists)], dtype=bool
+        )
+        n_invalid = int((~mask).sum())
+        if n_invalid:
+            warnings.warn(
+                f'Found {n_invalid} invalid image filename(s) in x_col="{x_col}". '
+                "These filename(s) will be ignored.",
+                stacklevel=2,
+            )
+        return df[mask]
+
+
+class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
+    """Iterator over a folder of class sub-folders, local or remote.
+
+    Takes every argument of Keras's `DirectoryIterator`, with the same
+    defaults, plus the keyword-only arguments of `DataFrameIterator`. A
+    remote `directory` (`"s3://bucket/train"`) is listed once, recursively;
+    classes, file order and `subset` splits are as for a local folder.
+    """
+
+    def __init__(
+        self,
+        directory,
+        image_data_generator,
+        target_size=(256, 256),
+        color_mode="rgb",
+        classes=None,
+        class_mode="categorical",
+        batch_size=32,
+        shuffle=True,
+        seed=None,
+        data_format=None,
+        save_to_dir=None,
+        save_prefix="",
+        save_format="png",
+        follow_links=False,
+        subset=None,
+        interpolation="nearest",
+        keep_aspect_ratio=False,
+        dtype=None,
+        *,
+        loader: Loader | None = None,
+        storage_options: dict[str, Any] | None = None,
+        workers: int = DEFAULT_WORKERS,
+        use_multiprocessing: bool = False,
+        max_queue_size: int = 10,
+        prefetch_batches: int = DEFAULT_PREFETCH_BATCHES,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        decode_workers: int | None = None,
+    ):
+        self._init_remote(
+            loader,
+            storage_options,
+            workers,
+            use_multiprocessing,
+            max_queue_size,
+            prefetch_batches,
+            max_in_flight,
+            decode_workers,
+        )
+        arguments = dict(
+            target_size=target_size,
+            color_mode=color_mode,
+            classes=classes,
+            class_mode=class_mode,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            data_format=data_format,
+            save_to_dir=save_to_dir,
+            save_prefix=save_prefix,
+            save_format=save_format,
+            follow_links=follow_links,
+            subset=subset,
+            interpolation=interpolation,
+            keep_aspect_ratio=keep_aspect_ratio,
+            dtype=dtype,
+        )
+        if storage.is_url(os.fspath(directory)):
+            self._init_from_listing(os.fspath(directory), image_data_generator, **arguments)
+        else:
+            super().__init__(directory, image_data_generator, **arguments)
+        self._finish_init()
+
+    def _init_from_listing(self, directory: str, image_data_generator, **kw) -> None:
+        """Keras's `DirectoryIterator.__init__`, fed by one recursive listing."""
+        data_format = kw["data_format"] or backend.image_data_format()
+        self.set_processing_attrs(
+            image_data_generator,
+            kw["target_size"],
+            kw["color_mode"],
+            data_format,
+            kw["save_to_dir"],
+            kw["save_prefix"],
+            kw["save_format"],
+            kw["subset"],
+            kw["interpolation"],
+            kw["keep_aspect_ratio"],
+        )
+        self.directory = directory
+        if kw["class_mode"] not in self.allowed_class_modes:
+            raise ValueError(
+                f"Invalid class_mode: {kw['class_mode']}; expected one of: "
+                f"{self.allowed_class_modes}"
+            )
+        self.class_mode = kw["class_mode"]
+        self.dtype = kw["dtype"] or backend.floatx()
+
+        _, _, entries = storage.walk_files(directory, self.filesystems)
+        by_class: dict[str, list[str]] = {}
+        for entry in entries:
+            top, _, rest = entry.partition("/")
+            if rest or entry.endswith("/"):
+                by_class.setdefault(top, [])
+                if rest and not rest.endswith("/"):
+                    by_class[top].append(entry)
+        classes = list(kw["classes"] or sorted(by_class))
+        self.num_classes = len(classes)
+        self.class_indices = dict(zip(classes, range(len(classes))))
+
+        self.filenames = []
+        labels: list[int] = []
+        for name in classes:
+            files = _ordered_like_os_walk(by_class.get(name, []), self.white_list_formats)
+            if self.split:
+                start, stop = int(self.split[0] * len(files)), int(self.split[1] * len(files))
+                files = files[start:stop]
+            self.filenames += files
+            labels += [self.class_indices[name]] * len(files)
+        self.samples = len(self.filenames)
+        self.classes = np.asarray(labels, dtype="int32")
+        io_utils.print_msg(f"Found {self.samples} images belonging to {self.num_classes} classes.")
+        keras_image.Iterator.__init__(
+            self, self.samples, kw["batch_size"], kw["shuffle"], kw["seed"]
+        )
+
+
+def _ordered_like_os_walk(files: list[str], formats: tuple[str, ...]) -> list[str]:
+    """Sorts and filters files as Keras's sorted `os.walk` does: by folder, then name."""
+    ordered = []
+    for path in sorted(files, key=lambda p: (posixpath.dirname(p), posixpath.basename(p))):
+        name = posixpath.basename(path)
+        if name.lower().endswith(".tiff"):
+            warnings.warn(
+                'Using ".tiff" files with multiple bands will cause distortion. '
+                "Please verify your output.",
+                stacklevel=3,
+            )
+        if name.lower().endswith(formats):
+            ordered.append(path)
+    return ordered

@@ -1,0 +1,135 @@
+"""Thread pools that fetch and decode batches ahead of the training loop.
+
+Concurrency model:
+    - Batch threads (`prefetch_batches + 2`): one per batch being built. A
+      batch thread fetches the batch's files, hands each one to the decode
+      threads and waits for them. Keras's own `workers` threads, when a
+      `PyDataset` enqueuer is used, only wait on these futures.
+    - Fetch threads (`max_in_flight`): used for loaders without `load_many`,
+      one blocking request each. Loaders with `load_many` (the default fsspec
+      loader on async backends) keep a whole batch of requests in flight on
+      fsspec's event loop from a single batch thread.
+    - Decode threads (one per core): decode, resize, augment and standardize
+      one sample each. Pillow and scipy release the GIL, so they use all cores.
+
+Bounds:
+    `Prefetcher` holds at most `depth` batches that nobody has asked for yet
+    (running or finished); a batch that is asked for is always started. Memory
+    is therefore about `(depth + concurrent callers) * batch bytes`, whatever
+    the dataset size.
+
+Shutdown:
+    `close()` cancels queued work and returns at once; running tasks finish
+    and their threads exit. Pools are created lazily in each process, so a
+    forked child or an unpickled copy builds its own.
+
+Known limitations:
+    Look-ahead only helps when batches are requested in order (hand loops,
+    `fit(shuffle=False)`, `predict`, `evaluate`). With `fit(shuffle=True)`
+    batch order is random, and overlap comes from Keras's `workers` threads,
+    each of which asks for a different batch.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+
+class WorkerPools:
+    """The three thread pools of one iterator, created on first use per process.
+
+    Args:
+        batch_threads: Batches built at once.
+        fetch_threads: Blocking requests in flight for per-file loaders.
+        decode_threads: Samples decoded at once; `None` for one per core.
+    """
+
+    def __init__(self, batch_threads: int, fetch_threads: int, decode_threads: int | None) -> None:
+        self.sizes = {
+            "batch": batch_threads,
+            "fetch": fetch_threads,
+            "decode": decode_threads or os.cpu_count() or 1,
+        }
+        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def get(self, kind: str) -> ThreadPoolExecutor:
+        """Returns the pool `kind` (`"batch"`, `"fetch"` or `"decode"`)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("This iterator has been closed.")
+            if self._pid != os.getpid():  # forked: the parent's threads do not exist here
+                self._pools = {}
+                self._pid = os.getpid()
+            pool = self._pools.get(kind)
+            if pool is None:
+                pool = ThreadPoolExecutor(
+                    self.sizes[kind], thread_name_prefix=f"remote_keras-{kind}"
+                )
+                self._pools[kind] = pool
+            return pool
+
+    def close(self) -> None:
+        """Cancels queued work and lets the threads exit; idempotent."""
+        with self._lock:
+            self._closed = True
+            pools, self._pools = self._pools, {}
+        if self._pid == os.getpid():
+            for pool in pools.values():
+                pool.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+class Prefetcher:
+    """Futures of batches, keyed by `(epoch, batch index)`, bounded in number.
+
+    Not thread-safe by itself: the owning iterator calls it under its lock.
+
+    Args:
+        pools: Where batch tasks run.
+        depth: Batches that may be held without having been asked for.
+    """
+
+    def __init__(self, pools: WorkerPools, depth: int) -> None:
+        self.pools = pools
+        self.depth = depth
+        self._pending: OrderedDict[Hashable, Future] = OrderedDict()
+
+    def take(
+        self, key: Hashable, make_task: Callable[[], Callable[[], Any]]
+    ) -> tuple[Future, bool]:
+        """Returns the future for `key`, starting `make_task()` if it is not there.
+
+        Returns:
+            `(future, prefetched)`; `prefetched` is `True` when the batch had
+            been started ahead of time.
+        """
+        future = self._pending.pop(key, None)
+        if future is not None and not future.cancelled():
+            return future, True
+        return self.pools.get("batch").submit(make_task()), False
+
+    def ahead(self, key: Hashable, make_task: Callable[[], Callable[[], Any]]) -> None:
+        """Starts `make_task()` for `key` in the background if there is room."""
+        if key in self._pending or len(self._pending) >= self.depth:
+            return
+        self._pending[key] = self.pools.get("batch").submit(make_task())
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._pending
+
+    def clear(self) -> None:
+        """Drops every batch not yet asked for, cancelling those not started."""
+        for future in self._pending.values():
+            future.cancel()
+        self._pending.clear()

@@ -1,0 +1,246 @@
+"""Where paths point: local files or fsspec URLs, joined, resolved and listed.
+
+Paths are always taken literally: no call here glob-expands, so keys holding
+`[`, `*`, `?`, `#`, spaces or unicode are read as written.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import fsspec
+from fsspec import AbstractFileSystem
+from fsspec.asyn import AsyncFileSystem
+
+from remote_keras import errors
+
+# Defaults that make common backends fetch an object with a single GET.
+# s3fs sends a HEAD before every GET unless `max_concurrency=1`, and caps its
+# connection pool at 10; user-given options always win.
+PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "s3": {"max_concurrency": 1, "config_kwargs": {"max_pool_connections": 256}},
+}
+
+# Protocols whose servers cannot list a prefix; existence is checked per file.
+_UNLISTABLE = {"http", "https"}
+
+
+def is_url(path: str) -> bool:
+    """Returns whether `path` is an fsspec URL rather than a local path."""
+    return "://" in path or "::" in path
+
+
+def protocol_of(url: str) -> str:
+    """Returns the protocol of the innermost filesystem of `url` (`file` if local)."""
+    last = url.rsplit("::", 1)[-1]
+    return last.split("://", 1)[0] if "://" in last else "file"
+
+
+def join(directory: str | os.PathLike | None, filename: str) -> str:
+    """Joins a `directory` and a `filename` like `os.path.join`, URL-aware.
+
+    A `filename` that is a URL or an absolute local path is returned as is,
+    as stock Keras does.
+
+    Args:
+        directory: Local folder or URL prefix; `None` or empty for none.
+        filename: Relative path, absolute path or full URL.
+
+    Returns:
+        The path or URL to read.
+    """
+    if not directory:
+        return filename
+    directory = os.fspath(directory)
+    if is_url(filename):
+        return filename
+    if is_url(directory):
+        if filename.startswith("/"):
+            return filename
+        return directory.rstrip("/") + "/" + filename
+    return os.path.join(directory, filename)
+
+
+class FileSystems:
+    """Resolves URLs to fsspec filesystems, one per protocol and process.
+
+    Instances pickle without their filesystems; after a fork or in a new
+    process, filesystems are rebuilt on first use.
+
+    Args:
+        storage_options: Keyword arguments for the filesystems, passed
+            through to fsspec as in `fsspec.open(url, **storage_options)`.
+    """
+
+    def __init__(self, storage_options: dict[str, Any] | None = None) -> None:
+        self.storage_options = dict(storage_options or {})
+        self._cache: dict[str, AbstractFileSystem] = {}
+        self._pid = os.getpid()
+
+    def __repr__(self) -> str:  # never shows the options: they hold secrets
+        return f"FileSystems(protocols={sorted(self._cache)})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["storage_options"])
+
+    def _options_for(self, protocol: str) -> dict[str, Any]:
+        options = dict(PROTOCOL_DEFAULTS.get(protocol, {}))
+        options.update(self.storage_options)
+        return options
+
+    def resolve(self, url: str) -> tuple[AbstractFileSystem, str]:
+        """Returns the filesystem serving `url` and the path within it.
+
+        Raises:
+            MissingBackendError: the protocol's backend is not installed.
+            ValueError: the protocol is unknown.
+        """
+        if os.getpid() != self._pid:
+            self._cache.clear()
+            self._pid = os.getpid()
+        chained = "::" in url
+        key = url.rsplit("://", 1)[0] if chained else protocol_of(url)
+        fs = self._cache.get(key)
+        if fs is not None and not chained:
+            return fs, fs._strip_protocol(url)
+        with errors.reading(url):
+            protocol = protocol_of(url)
+            options = self.storage_options if chained else self._options_for(protocol)
+            fs, path = fsspec.core.url_to_fs(url, **options)
+        self._cache[key] = fs
+        return fs, path
+
+    def group(self, urls: Iterable[str]) -> dict[AbstractFileSystem, list[tuple[int, str]]]:
+        """Groups URLs by filesystem as `{fs: [(position, path), ...]}`."""
+        groups: dict[AbstractFileSystem, list[tuple[int, str]]] = defaultdict(list)
+        for position, url in enumerate(urls):
+            fs, path = self.resolve(url)
+            groups[fs].append((position, path))
+        return groups
+
+
+def is_async(fs: AbstractFileSystem) -> bool:
+    """Returns whether `fs` runs its requests on fsspec's event loop."""
+    return isinstance(fs, AsyncFileSystem) and getattr(fs, "async_impl", False)
+
+
+def _common_dir(paths: Sequence[str]) -> str:
+    parts = [p.split("/") for p in paths]
+    common = []
+    for column in zip(*parts):
+        if len(set(column)) != 1:
+            break
+        common.append(column[0])
+    return "/".join(common)
+
+
+def existing(urls: Sequence[str], filesystems: FileSystems) -> list[bool]:
+    """Tells which of `urls` exist as files, by listing rather than one request each.
+
+    Local paths are checked with `os.path.isfile`, as stock Keras does. Remote
+    paths are grouped by parent prefix; a single prefix is listed with `ls`,
+    several with one recursive `find` of their common prefix (paged LIST
+    requests, about 1,000 keys each on S3). Protocols that cannot list
+    (HTTP) fall back to one `exists` request per file.
+
+    Args:
+        urls: Paths or URLs, in dataframe order.
+        filesystems: Resolver carrying the storage options.
+
+    Returns:
+        One boolean per URL.
+    """
+    found = [False] * len(urls)
+    remote = []
+    for position, url in enumerate(urls):
+        if is_url(url):
+            remote.append((position, url))
+        else:
+            found[position] = os.path.isfile(url)
+    if not remote:
+        return found
+    groups = filesystems.group(url for _, url in remote)
+    for fs, members in groups.items():
+        positions = [remote[i][0] for i, _ in members]
+        paths = [path for _, path in members]
+        if set(fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)) & _UNLISTABLE:
+            for position, path in zip(positions, paths):
+                with errors.reading(path):
+                    found[position] = fs.isfile(path)
+            continue
+        listed = _list_files(fs, sorted({posixpath.dirname(p) for p in paths}))
+        for position, path in zip(positions, paths):
+            found[position] = path in listed
+    return found
+
+
+def _list_files(fs: AbstractFileSystem, parents: Sequence[str]) -> set[str]:
+    if len(parents) == 1:
+        roots, recursive = parents, False
+    else:
+        roots, recursive = [_common_dir(parents)], True
+    listed: set[str] = set()
+    for root in roots:
+        fs.invalidate_cache(root)
+        try:
+            with errors.reading(root):
+                if recursive:
+                    listed.update(fs.find(root, withdirs=False, detail=False))
+                else:
+                    entries = fs.ls(root, detail=True)
+                    listed.update(e["name"] for e in entries if e.get("type") != "directory")
+        except FileNotFoundError:
+            continue
+    return listed
+
+
+def walk_files(url: str, filesystems: FileSystems) -> tuple[AbstractFileSystem, str, list[str]]:
+    """Lists every file and folder below `url` with one recursive listing.
+
+    Args:
+        url: A folder URL, e.g. `s3://bucket/train`.
+        filesystems: Resolver carrying the storage options.
+
+    Returns:
+        `(fs, root, entries)`, `entries` being paths relative to `root`, with
+        a trailing `/` on folders.
+
+    Raises:
+        FileNotFoundError: nothing exists under `url`.
+    """
+    fs, root = filesystems.resolve(url)
+    root = root.rstrip("/")
+    fs.invalidate_cache(root)
+    with errors.reading(url):
+        found = fs.find(root, withdirs=True, detail=True)
+    if not found and not fs.isdir(root):
+        raise FileNotFoundError(f"No such directory: {errors.redact(url)!r}")
+    prefix = root + "/"
+    entries = []
+    for name, info in found.items():
+        name = name.rstrip("/")
+        if not name.startswith(prefix):
+            continue
+        relative = name[len(prefix) :]
+        if not relative:
+            continue
+        entries.append(relative + "/" if info.get("type") == "directory" else relative)
+    return fs, root, entries
+
+
+def write_bytes(url: str, data: bytes, filesystems: FileSystems) -> None:
+    """Writes `data` to a local path or URL, creating folders as needed."""
+    if not is_url(url):
+        with open(url, "wb") as f:
+            f.write(data)
+        return
+    fs, path = filesystems.resolve(url)
+    with errors.reading(url):
+        fs.pipe_file(path, data)

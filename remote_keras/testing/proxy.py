@@ -1,0 +1,149 @@
+"""An HTTP-aware TCP proxy on 127.0.0.1 that counts requests and can add latency.
+
+It parses only request heads and bodies (Content-Length or chunked) on the way
+in, so it can count each request and delay it; responses are copied back as
+raw bytes. Requests are classified as `GET`, `HEAD`, `PUT`, ... and `LIST`
+(an S3 `GET` on a bucket, e.g. `ListObjectsV2`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from urllib.parse import urlsplit
+
+
+def request_kind(method: str, target: str) -> str:
+    """Classifies a request line; S3 listings count as `LIST`."""
+    parts = urlsplit(target)
+    if method == "GET" and ("list-type=" in parts.query or parts.path.strip("/").count("/") == 0):
+        return "LIST"
+    return method
+
+
+class CountingProxy:
+    """Forwards 127.0.0.1:`port` to `upstream_port`, counting requests.
+
+    Args:
+        upstream_port: Port of the server on 127.0.0.1 to forward to.
+        delay_s: Seconds to wait before forwarding each request.
+
+    Attributes:
+        counts: `collections.Counter` of requests by kind.
+    """
+
+    def __init__(self, upstream_port: int, delay_s: float = 0.0) -> None:
+        self.upstream_port = upstream_port
+        self.delay_s = delay_s
+        self.counts: Counter[str] = Counter()
+        self.port = 0
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.base_events.Server | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def reset(self) -> Counter[str]:
+        """Returns the counts so far and starts counting from zero."""
+        with self._lock:
+            counts, self.counts = self.counts, Counter()
+        return counts
+
+    def start(self) -> CountingProxy:
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(self._start(), self._loop)
+        future.result(10)
+        return self
+
+    async def _start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        async def _stop() -> None:
+            if self._server is not None:
+                self._server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        asyncio.run_coroutine_threadsafe(_stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def __enter__(self) -> CountingProxy:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    async def _handle(self, client_reader, client_writer) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            client_writer.close()
+            return
+        back = asyncio.create_task(_copy(up_reader, client_writer))
+        try:
+            while True:
+                head = await client_reader.readuntil(b"\r\n\r\n")
+                request_line, _, header_block = head.decode("latin-1").partition("\r\n")
+                method, target = (request_line.split(" ") + ["", ""])[:2]
+                headers = {
+                    k.strip().lower(): v.strip()
+                    for k, _, v in (line.partition(":") for line in header_block.split("\r\n"))
+                    if k
+                }
+                with self._lock:
+                    self.counts[request_kind(method, target)] += 1
+                if self.delay_s:
+                    await asyncio.sleep(self.delay_s)
+                up_writer.write(head)
+                await _forward_body(client_reader, up_writer, headers)
+                await up_writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            up_writer.close()
+            await back
+            client_writer.close()
+
+
+async def _forward_body(reader, writer, headers: dict[str, str]) -> None:
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        while True:
+            size_line = await reader.readuntil(b"\r\n")
+            writer.write(size_line)
+            size = int(size_line.split(b";")[0].strip(), 16)
+            if size == 0:
+                while True:  # trailers, then the empty line
+                    line = await reader.readuntil(b"\r\n")
+                    writer.write(line)
+                    if line == b"\r\n":
+                        return
+            writer.write(await reader.readexactly(size + 2))
+            await writer.drain()
+    remaining = int(headers.get("content-length", "0") or 0)
+    while remaining:
+        chunk = await reader.read(min(remaining, 1 << 16))
+        if not chunk:
+            raise asyncio.IncompleteReadError(b"", remaining)
+        writer.write(chunk)
+        remaining -= len(chunk)
+        await writer.drain()
+
+
+async def _copy(reader, writer) -> None:
+    try:
+        while chunk := await reader.read(1 << 16):
+            writer.write(chunk)
+            await writer.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        writer.close()
