@@ -104,9 +104,9 @@ def no_leaked_threads():
     yield
     import gc
 
-    gc.collect()
     deadline = 50
     while deadline and _our_threads():
+        gc.collect()  # Keras's iterators hold a reference cycle (their index generator)
         threading.Event().wait(0.1)
         deadline -= 1
     assert not _our_threads(), f"threads left behind: {_our_threads()}"

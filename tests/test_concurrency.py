@@ -1,0 +1,203 @@
+"""Thread pools, prefetching, thread safety, PyDataset knobs and clean shutdown."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import remote_keras as rk
+
+
+class SlowLoader:
+    """Reads local files after a fixed delay, recording concurrency."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.active = 0
+        self.peak = 0
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, path: str) -> bytes:
+        with self._lock:
+            self.active += 1
+            self.calls += 1
+            self.peak = max(self.peak, self.active)
+        try:
+            time.sleep(self.delay)
+            with open(path, "rb") as f:
+                return f.read()
+        finally:
+            with self._lock:
+                self.active -= 1
+
+
+def our_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("remote_keras-")]
+
+
+def test_files_of_a_batch_are_fetched_concurrently_and_bounded(image_dir):
+    directory, df = image_dir
+    loader = SlowLoader(0.05)
+    gen = rk.ImageDataGenerator(loader=loader)
+    with gen.flow_from_dataframe(
+        df, directory, batch_size=21, max_in_flight=8, prefetch_batches=0
+    ) as it:
+        start = time.perf_counter()
+        it[0]
+        elapsed = time.perf_counter() - start
+    assert loader.peak == 8  # bounded by max_in_flight, and actually reached
+    assert elapsed < 21 * 0.05 / 2  # far below the serial time
+
+
+def test_in_order_reads_are_prefetched(image_dir):
+    directory, df = image_dir
+    loader = SlowLoader(0.1)
+    gen = rk.ImageDataGenerator(loader=loader)
+    with gen.flow_from_dataframe(df, directory, batch_size=3, shuffle=False) as it:
+        it[0]
+        time.sleep(0.5)  # the model trains; the next batches load meanwhile
+        fetched_ahead = loader.calls - 3
+        start = time.perf_counter()
+        it[1]
+        waited = time.perf_counter() - start
+    assert fetched_ahead >= 3 * it.prefetch_batches
+    assert waited < 0.05
+
+
+def test_random_order_does_not_prefetch_wrongly(image_dir):
+    directory, df = image_dir
+    loader = SlowLoader(0.0)
+    gen = rk.ImageDataGenerator(loader=loader)
+    with gen.flow_from_dataframe(df, directory, batch_size=3, shuffle=False, workers=1) as it:
+        for idx in (5, 1, 6, 2, 0):  # a shuffled fit epoch: no idx follows its predecessor
+            it[idx]
+        time.sleep(0.2)
+    # Only the first read (whose predecessor is unknown) may start look-ahead.
+    assert loader.calls <= 3 * (5 + it.prefetch_batches)
+
+
+def test_concurrent_getitem_covers_every_sample_exactly_once(image_dir):
+    directory, df = image_dir
+    gen = rk.ImageDataGenerator(rotation_range=20)
+    kwargs = dict(target_size=(8, 8), batch_size=2, shuffle=True, seed=9, class_mode="raw",
+                  y_col="value")  # fmt: skip
+    expected = gen.flow_from_dataframe(df, directory, **kwargs)
+    with expected:
+        sequential = [expected[i] for i in range(len(expected))]
+    with gen.flow_from_dataframe(df, directory, **kwargs) as it:
+        with ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(it.__getitem__, range(len(it))))
+    for (x1, y1), (x2, y2) in zip(sequential, results):
+        np.testing.assert_array_equal(x1, x2)
+        np.testing.assert_array_equal(y1, y2)
+    seen = np.concatenate([y for _, y in results])
+    assert sorted(seen.tolist()) == sorted(df["value"].tolist())
+
+
+def test_concurrent_next_yields_each_sample_once_per_epoch(image_dir):
+    directory, df = image_dir
+    gen = rk.ImageDataGenerator()
+    with gen.flow_from_dataframe(
+        df, directory, target_size=(4, 4), batch_size=3, class_mode="raw", y_col="value", seed=1
+    ) as it:
+        with ThreadPoolExecutor(8) as pool:
+            batches = list(pool.map(lambda _: next(it), range(len(it))))
+    seen = np.concatenate([y for _, y in batches])
+    assert sorted(seen.tolist()) == sorted(df["value"].tolist())
+
+
+def test_pydataset_knobs_reach_the_base(image_dir):
+    directory, df = image_dir
+    gen = rk.ImageDataGenerator(workers=3)
+    with gen.flow_from_dataframe(
+        df, directory, use_multiprocessing=True, max_queue_size=7
+    ) as it:
+        assert (it.workers, it.use_multiprocessing, it.max_queue_size) == (3, True, 7)
+    with gen.flow_from_directory(directory, workers=2) as it:
+        assert (it.workers, it.use_multiprocessing, it.max_queue_size) == (2, False, 10)
+
+
+@pytest.mark.parametrize("name, value", [("workers", 0), ("prefetch_batches", -1),
+                                         ("max_in_flight", 0), ("max_queue_size", "x")])  # fmt: skip
+def test_bad_knobs_are_rejected_with_received(image_dir, name, value):
+    directory, df = image_dir
+    with pytest.raises(ValueError, match=f"Received: {name}="):
+        rk.ImageDataGenerator().flow_from_dataframe(df, directory, **{name: value})
+
+
+def test_close_stops_threads_and_refuses_more_work(image_dir):
+    directory, df = image_dir
+    it = rk.ImageDataGenerator().flow_from_dataframe(df, directory, batch_size=4)
+    it[0]
+    assert our_threads()
+    it.close()
+    _wait_until(lambda: not our_threads())
+    assert not our_threads()
+    with pytest.raises(RuntimeError, match="closed"):
+        it[1]
+
+
+def test_collected_iterator_leaves_no_threads(image_dir):
+    directory, df = image_dir
+    for _ in range(5):
+        it = rk.ImageDataGenerator().flow_from_dataframe(df, directory, batch_size=4)
+        it[0]
+        del it
+    gc.collect()
+    _wait_until(lambda: not our_threads())
+    assert not our_threads()
+
+
+def test_decoding_uses_a_pool_per_core(image_dir):
+    directory, df = image_dir
+    with rk.ImageDataGenerator().flow_from_dataframe(df, directory) as it:
+        it[0]
+        decode = [n for n in our_threads() if "decode" in n]
+        assert 1 <= len(decode) <= (os.cpu_count() or 1)
+
+
+@pytest.mark.slow
+def test_fit_with_shuffle_and_worker_threads_sees_every_sample(image_dir):
+    import keras
+
+    directory, df = image_dir
+    seen = []
+
+    class Record(keras.callbacks.Callback):
+        pass
+
+    gen = rk.ImageDataGenerator(rescale=1 / 255)
+    with gen.flow_from_dataframe(
+        df, directory, target_size=(8, 8), batch_size=4, workers=4, seed=3
+    ) as it:
+        original = it._assemble
+
+        def recording(plan, batch_x):
+            seen.append(plan.indices.copy())
+            return original(plan, batch_x)
+
+        it._assemble = recording
+        model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                                  keras.layers.Dense(3, activation="softmax")])  # fmt: skip
+        model.compile("sgd", "categorical_crossentropy")
+        model.fit(it, epochs=2, verbose=0, callbacks=[Record()])
+    # TF reads two batches to infer the signature, then each epoch reads every batch once.
+    per_epoch = len(it)
+    assert len(seen) == 2 + 2 * per_epoch
+    for epoch in range(2):
+        chunk = seen[2 + epoch * per_epoch : 2 + (epoch + 1) * per_epoch]
+        assert sorted(np.concatenate(chunk).tolist()) == list(range(it.n))
+
+
+def _wait_until(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        gc.collect()  # Keras's iterators hold a reference cycle (their index generator)
+        time.sleep(0.05)

@@ -1,0 +1,171 @@
+"""The pluggable loader, decoding semantics, HTTP and memory URLs, and error messages."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import fsspec
+import numpy as np
+import pandas as pd
+import pytest
+from keras.src.utils import image_utils
+from PIL import Image
+
+import remote_keras as rk
+from remote_keras import storage
+from tests.test_parity import assert_same_batch
+
+
+@pytest.mark.parametrize("color_mode", ["rgb", "rgba", "grayscale"])
+@pytest.mark.parametrize("interpolation", ["nearest", "bilinear", "bicubic", "box"])
+@pytest.mark.parametrize("keep_aspect_ratio", [False, True])
+@pytest.mark.parametrize("kind", ["bytes", "file", "pil", "array"])
+def test_every_loader_output_decodes_like_load_img(
+    image_dir, color_mode, interpolation, keep_aspect_ratio, kind
+):
+    directory, df = image_dir
+    path = os.path.join(directory, df["filename"][3])
+    options = dict(
+        color_mode=color_mode,
+        target_size=(9, 13),
+        interpolation=interpolation,
+        keep_aspect_ratio=keep_aspect_ratio,
+    )
+    expected = image_utils.img_to_array(image_utils.load_img(path, **options))
+    raw = open(path, "rb").read()
+    data = {
+        "bytes": lambda: raw,
+        "file": lambda: io.BufferedReader(io.BytesIO(raw)),
+        "pil": lambda: Image.open(io.BytesIO(raw)),
+        "array": lambda: np.asarray(Image.open(io.BytesIO(raw)).convert("RGB")),
+    }[kind]()
+    got = image_utils.img_to_array(rk.decode_image(data, path, **options))
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_custom_loader_does_all_reading(image_dir):
+    directory, df = image_dir
+    calls = []
+
+    def loader(path):
+        calls.append(path)
+        with open(path.removeprefix("mystore://"), "rb") as f:
+            return f.read()
+
+    gen = rk.ImageDataGenerator(loader=loader)
+    it = gen.flow_from_dataframe(
+        df, "mystore://" + directory, target_size=(8, 8), shuffle=False, validate_filenames=False,
+        prefetch_batches=0,
+    )
+    with it:
+        x, _ = it[0]
+    assert sorted(calls) == sorted(it.filepaths[:32])
+    stock = rk.ImageDataGenerator().flow_from_dataframe(
+        df, directory, target_size=(8, 8), shuffle=False
+    )
+    with stock:
+        np.testing.assert_array_equal(x, stock[0][0])
+
+
+def test_loader_given_to_flow_overrides_the_generators(image_dir):
+    directory, df = image_dir
+    seen = []
+
+    def loader(path):
+        seen.append(path)
+        return np.zeros((5, 5, 3), dtype="uint8")
+
+    gen = rk.ImageDataGenerator(loader=lambda p: 1 / 0)
+    with gen.flow_from_dataframe(df, directory, loader=loader, target_size=(5, 5)) as it:
+        x, _ = it[0]
+    assert seen and not x.any()
+
+
+def test_loader_returning_wrong_type_is_a_clear_type_error(image_dir):
+    directory, df = image_dir
+    gen = rk.ImageDataGenerator(loader=lambda path: 42)
+    with gen.flow_from_dataframe(df, directory, shuffle=False) as it:
+        with pytest.raises(TypeError, match=r"Received: int for .*cat_0\.png"):
+            it[0]
+
+
+def test_loader_must_be_callable():
+    with pytest.raises(TypeError, match="`loader` must be a callable"):
+        rk.DataFrameIterator(pd.DataFrame({"filename": [], "class": []}), loader="s3")
+
+
+def test_corrupt_image_names_the_url():
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/corrupt/cat/bad.jpg", b"\xff\xd8\xff\xe0 not really a jpeg")
+    df = pd.DataFrame({"filename": ["cat/bad.jpg"], "class": ["cat"]})
+    with rk.ImageDataGenerator().flow_from_dataframe(df, "memory://corrupt") as it:
+        with pytest.raises(rk.ImageDecodeError, match="memory://corrupt/cat/bad.jpg") as info:
+            it[0]
+    assert info.value.url == "memory://corrupt/cat/bad.jpg"
+
+
+def test_memory_urls_equal_local(image_dir):
+    directory, df = image_dir
+    fs = fsspec.filesystem("memory")
+    for name in df["filename"]:
+        fs.pipe(f"/mem-images/{name}", open(os.path.join(directory, name), "rb").read())
+    gen = rk.ImageDataGenerator()
+    with gen.flow_from_directory("memory://mem-images", target_size=(6, 6), shuffle=False) as it:
+        local = rk.ImageDataGenerator().flow_from_directory(
+            directory, target_size=(6, 6), shuffle=False
+        )
+        with local:
+            assert it.filenames == local.filenames
+            assert_same_batch(local[0], it[0])
+
+
+def test_http_urls(image_dir, http_images):
+    directory, df = image_dir
+    url, _ = http_images
+    urls = df.assign(filename=url + "/" + df["filename"])
+    with rk.ImageDataGenerator().flow_from_dataframe(
+        urls, target_size=(6, 6), shuffle=False, batch_size=32
+    ) as it, rk.ImageDataGenerator().flow_from_dataframe(
+        df, directory, target_size=(6, 6), shuffle=False, batch_size=32
+    ) as local:
+        assert it.samples == 21
+        assert_same_batch(local[0], it[0])
+
+
+def test_missing_backend_names_the_extra():
+    pytest.importorskip("s3fs")  # installed; gcsfs deliberately is not
+    if _installed("gcsfs"):
+        pytest.skip("gcsfs is installed here, so its absence cannot be shown")
+    df = pd.DataFrame({"filename": ["gs://bucket/a.png"], "class": ["a"]})
+    with pytest.raises(ImportError, match=r"pip install 'remote-keras\[gcs\]'"):
+        rk.ImageDataGenerator().flow_from_dataframe(df)
+
+
+def test_unknown_protocol_is_named():
+    df = pd.DataFrame({"filename": ["nosuchproto://bucket/a.png"], "class": ["a"]})
+    with pytest.raises(ValueError, match="nosuchproto://bucket/a.png"):
+        rk.ImageDataGenerator().flow_from_dataframe(df)
+
+
+def test_join_follows_os_path_join_and_urls():
+    assert storage.join("s3://b/p/", "c/x.png") == "s3://b/p/c/x.png"
+    assert storage.join("s3://b/p", "gs://other/y.png") == "gs://other/y.png"
+    assert storage.join("/data", "/abs/x.png") == "/abs/x.png"
+    assert storage.join("", "x.png") == "x.png"
+    assert storage.join(None, "s3://b/x.png") == "s3://b/x.png"
+    assert storage.join("data", "x.png") == os.path.join("data", "x.png")
+
+
+def test_secrets_are_redacted_from_urls():
+    from remote_keras.errors import redact
+
+    assert redact("https://user:pw@host/x.png") == "https://***@host/x.png"
+    assert "abc" not in redact("https://h/x.png?X-Amz-Signature=abc&a=1")
+    assert redact("s3://bucket/key") == "s3://bucket/key"
+
+
+def _installed(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None

@@ -1,0 +1,222 @@
+"""Against a real S3 server (`rclone serve s3`) through the real s3fs client."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from keras.src.legacy.preprocessing import image as keras_image
+
+import remote_keras as rk
+from tests.test_parity import assert_same_batch
+
+
+def stock_batches(directory, df=None, **kwargs):
+    gen = keras_image.ImageDataGenerator()
+    it = (
+        gen.flow_from_dataframe(df, directory, **kwargs)
+        if df is not None
+        else gen.flow_from_directory(directory, **kwargs)
+    )
+    return it, [it[i] for i in range(len(it))]
+
+
+def test_dataframe_with_s3_directory_equals_stock_on_local_copy(image_dir, s3_images, s3_options):
+    local, df = image_dir
+    url, _ = s3_images
+    stock, expected = stock_batches(local, df, target_size=(10, 10), batch_size=8, shuffle=False)
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with gen.flow_from_dataframe(df, url, target_size=(10, 10), batch_size=8, shuffle=False) as it:
+        assert it.filenames == stock.filenames
+        assert it.filepaths == [f"{url}/{name}" for name in stock.filenames]
+        for i, batch in enumerate(expected):
+            assert_same_batch(batch, it[i])
+
+
+def test_dataframe_of_full_urls(image_dir, s3_images, s3_options):
+    local, df = image_dir
+    url, _ = s3_images
+    _, expected = stock_batches(local, df, target_size=(9, 9), batch_size=32, shuffle=False)
+    urls = df.assign(filename=url + "/" + df["filename"])
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with gen.flow_from_dataframe(urls, target_size=(9, 9), batch_size=32, shuffle=False) as it:
+        assert_same_batch(expected[0], it[0])
+
+
+def test_directory_listing_equals_stock_on_local_copy(image_dir, s3_images, s3_options, s3_proxy):
+    local, _ = image_dir
+    url, _ = s3_images
+    stock, expected = stock_batches(local, target_size=(7, 7), batch_size=6, shuffle=False)
+    s3_proxy.reset()
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with gen.flow_from_directory(url, target_size=(7, 7), batch_size=6, shuffle=False) as it:
+        counts = s3_proxy.reset()
+        assert counts["LIST"] == 1 and counts["HEAD"] == 0 and counts["GET"] == 0, counts
+        assert it.filenames == stock.filenames
+        assert it.class_indices == stock.class_indices
+        np.testing.assert_array_equal(it.classes, stock.classes)
+        for i, batch in enumerate(expected):
+            assert_same_batch(batch, it[i])
+
+
+@pytest.mark.parametrize("subset", ["training", "validation"])
+def test_directory_split_equals_stock(image_dir, s3_images, s3_options, subset):
+    local, _ = image_dir
+    url, _ = s3_images
+    stock = keras_image.ImageDataGenerator(validation_split=0.4).flow_from_directory(
+        local, subset=subset
+    )
+    gen = rk.ImageDataGenerator(validation_split=0.4, storage_options=s3_options)
+    with gen.flow_from_directory(url, subset=subset) as it:
+        assert it.filenames == stock.filenames
+
+
+def test_one_get_and_no_head_per_image(s3_images, s3_options, s3_proxy):
+    url, df = s3_images
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    it = gen.flow_from_dataframe(
+        df, url, target_size=(8, 8), batch_size=5, shuffle=True, validate_filenames=False
+    )
+    with it:
+        s3_proxy.reset()
+        for i in range(len(it)):
+            it[i]
+        counts = s3_proxy.reset()
+    assert counts == {"GET": len(df)}, counts
+
+
+def test_validation_lists_instead_of_one_request_per_row(s3_server, s3fs_direct, s3_options, s3_proxy):
+    prefix = "data/many"
+    png = _tiny_png()
+    s3fs_direct.pipe({f"{prefix}/{c}/{i}.png": png for c in "ab" for i in range(150)})
+    rows = [{"filename": f"{c}/{i}.png", "class": c} for c in "ab" for i in range(150)]
+    rows.append({"filename": "a/missing.png", "class": "a"})
+    s3_proxy.reset()
+    with pytest.warns(UserWarning, match="Found 1 invalid image filename"):
+        it = rk.ImageDataGenerator(storage_options=s3_options).flow_from_dataframe(
+            pd.DataFrame(rows), f"s3://{prefix}"
+        )
+    counts = s3_proxy.reset()
+    with it:
+        assert it.samples == 300
+    assert counts.get("HEAD", 0) + counts.get("GET", 0) <= 1, counts
+    assert counts["LIST"] <= 3, counts
+
+
+def test_odd_keys_are_read_literally(s3fs_direct, s3_options, s3_proxy):
+    names = ["x[1].png", "x1.png", "star*.png", "what?.png", "hash#tag.png", "sp ace.png",
+             "ünï©ødé.png", "pct%20.png"]  # fmt: skip
+    rng = np.random.default_rng(1)
+    payloads = {}
+    for value, name in enumerate(names):
+        pixels = np.full((4, 4, 3), value * 20 + int(rng.integers(5)), dtype="uint8")
+        payloads[f"data/odd/{name}"] = _png(pixels)
+    s3fs_direct.pipe(payloads)
+    df = pd.DataFrame({"filename": names, "class": ["a"] * len(names)})
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with gen.flow_from_dataframe(
+        df, "s3://data/odd", target_size=(4, 4), shuffle=False, batch_size=len(names)
+    ) as it:
+        assert it.samples == len(names)
+        x, _ = it[0]
+    for i, name in enumerate(names):
+        expected = np.asarray(
+            rk.decode_image(payloads[f"data/odd/{name}"], name, target_size=(4, 4)), "float32"
+        )
+        np.testing.assert_array_equal(x[i], expected, err_msg=name)
+
+
+def test_missing_directory_is_file_not_found(s3_options):
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with pytest.raises(FileNotFoundError, match="s3://data/no-such-prefix"):
+        gen.flow_from_directory("s3://data/no-such-prefix")
+    with pytest.raises(FileNotFoundError, match="s3://data/no-such-prefix"):
+        gen.flow_from_dataframe(
+            pd.DataFrame({"filename": ["a.png"], "class": ["a"]}), "s3://data/no-such-prefix"
+        )
+
+
+def test_missing_object_names_the_url(s3_images, s3_options):
+    url, df = s3_images
+    df = pd.DataFrame({"filename": ["cat/nope.png"], "class": ["cat"]})
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with gen.flow_from_dataframe(df, url, validate_filenames=False) as it:
+        with pytest.raises(FileNotFoundError, match=f"{url}/cat/nope.png"):
+            it[0]
+
+
+def test_bad_credentials_are_permission_error_without_the_secret(s3_images, s3_options):
+    url, df = s3_images
+    secret = "wrong-secret-value-123456"
+    bad = dict(s3_options, secret=secret)
+    gen = rk.ImageDataGenerator(storage_options=bad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with gen.flow_from_dataframe(df, url, validate_filenames=False) as it:
+            with pytest.raises(PermissionError) as info:
+                it[0]
+    assert url in str(info.value)
+    assert secret not in str(info.value) and secret not in repr(it) and secret not in repr(gen)
+    with pytest.raises(PermissionError) as info:
+        gen.flow_from_directory(url)
+    assert secret not in str(info.value)
+
+
+def test_save_to_dir_accepts_a_url(s3_images, s3_options, s3fs_direct):
+    url, df = s3_images
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with gen.flow_from_dataframe(
+        df, url, target_size=(6, 6), batch_size=3, save_to_dir="s3://data/saved", save_prefix="p"
+    ) as it:
+        it[0]
+    saved = s3fs_direct.ls("data/saved")
+    assert len(saved) == 3 and all(name.split("/")[-1].startswith("p_") for name in saved)
+
+
+def test_chained_simplecache_url(image_dir, s3_images, s3_options, tmp_path):
+    local, df = image_dir
+    url, _ = s3_images
+    _, expected = stock_batches(local, df, target_size=(5, 5), batch_size=32, shuffle=False)
+    urls = df.assign(filename="simplecache::" + url + "/" + df["filename"])
+    options = {"s3": s3_options, "simplecache": {"cache_storage": str(tmp_path)}}
+    gen = rk.ImageDataGenerator(storage_options=options)
+    with gen.flow_from_dataframe(
+        urls, target_size=(5, 5), batch_size=32, shuffle=False, validate_filenames=False
+    ) as it:
+        assert_same_batch(expected[0], it[0])
+
+
+@pytest.mark.slow
+def test_model_fit_one_epoch_on_s3(s3_images, s3_options):
+    import keras
+
+    url, df = s3_images
+    gen = rk.ImageDataGenerator(rescale=1 / 255, storage_options=s3_options)
+    with gen.flow_from_dataframe(df, url, target_size=(16, 16), batch_size=4, seed=0) as it:
+        model = keras.Sequential(
+            [
+                keras.Input((16, 16, 3)),
+                keras.layers.Conv2D(4, 3, activation="relu"),
+                keras.layers.GlobalAveragePooling2D(),
+                keras.layers.Dense(3, activation="softmax"),
+            ]
+        )
+        model.compile("adam", "categorical_crossentropy")
+        history = model.fit(it, epochs=1, verbose=0)
+    assert len(history.history["loss"]) == 1 and np.isfinite(history.history["loss"][0])
+
+
+def _png(pixels: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _tiny_png() -> bytes:
+    return _png(np.zeros((2, 2, 3), dtype="uint8"))
