@@ -116,16 +116,21 @@ def test_concurrent_next_yields_each_sample_once_per_epoch(image_dir):
 def test_pydataset_knobs_reach_the_base(image_dir):
     directory, df = image_dir
     gen = rk.ImageDataGenerator(workers=3)
-    with gen.flow_from_dataframe(
-        df, directory, use_multiprocessing=True, max_queue_size=7
-    ) as it:
+    with gen.flow_from_dataframe(df, directory, use_multiprocessing=True, max_queue_size=7) as it:
         assert (it.workers, it.use_multiprocessing, it.max_queue_size) == (3, True, 7)
     with gen.flow_from_directory(directory, workers=2) as it:
         assert (it.workers, it.use_multiprocessing, it.max_queue_size) == (2, False, 10)
 
 
-@pytest.mark.parametrize("name, value", [("workers", 0), ("prefetch_batches", -1),
-                                         ("max_in_flight", 0), ("max_queue_size", "x")])  # fmt: skip
+BAD_KNOBS = [
+    ("workers", 0),
+    ("prefetch_batches", -1),
+    ("max_in_flight", 0),
+    ("max_queue_size", "x"),
+]
+
+
+@pytest.mark.parametrize("name, value", BAD_KNOBS)
 def test_bad_knobs_are_rejected_with_received(image_dir, name, value):
     directory, df = image_dir
     with pytest.raises(ValueError, match=f"Received: {name}="):

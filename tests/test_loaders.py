@@ -55,7 +55,11 @@ def test_custom_loader_does_all_reading(image_dir):
 
     gen = rk.ImageDataGenerator(loader=loader)
     it = gen.flow_from_dataframe(
-        df, "mystore://" + directory, target_size=(8, 8), shuffle=False, validate_filenames=False,
+        df,
+        "mystore://" + directory,
+        target_size=(8, 8),
+        shuffle=False,
+        validate_filenames=False,
         prefetch_batches=0,
     )
     with it:
@@ -124,11 +128,14 @@ def test_http_urls(image_dir, http_images):
     directory, df = image_dir
     url, _ = http_images
     urls = df.assign(filename=url + "/" + df["filename"])
-    with rk.ImageDataGenerator().flow_from_dataframe(
-        urls, target_size=(6, 6), shuffle=False, batch_size=32
-    ) as it, rk.ImageDataGenerator().flow_from_dataframe(
-        df, directory, target_size=(6, 6), shuffle=False, batch_size=32
-    ) as local:
+    with (
+        rk.ImageDataGenerator().flow_from_dataframe(
+            urls, target_size=(6, 6), shuffle=False, batch_size=32
+        ) as it,
+        rk.ImageDataGenerator().flow_from_dataframe(
+            df, directory, target_size=(6, 6), shuffle=False, batch_size=32
+        ) as local,
+    ):
         assert it.samples == 21
         assert_same_batch(local[0], it[0])
 

@@ -217,7 +217,7 @@ def test_deprecated_dataframe_arguments_warn(image_dir):
 def test_missing_local_files_dropped_with_stock_warning(image_dir):
     directory, df = image_dir
     df = pd.concat([df, pd.DataFrame([{"filename": "cat/missing.png", "class": "cat"}])])
-    with pytest.warns(UserWarning, match='Found 1 invalid image filename'):
+    with pytest.warns(UserWarning, match="Found 1 invalid image filename"):
         it = rk.ImageDataGenerator().flow_from_dataframe(df, directory)
     with it:
         assert it.samples == 21

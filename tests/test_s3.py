@@ -87,7 +87,9 @@ def test_one_get_and_no_head_per_image(s3_images, s3_options, s3_proxy):
     assert counts == {"GET": len(df)}, counts
 
 
-def test_validation_lists_instead_of_one_request_per_row(s3_server, s3fs_direct, s3_options, s3_proxy):
+def test_validation_lists_instead_of_one_request_per_row(
+    s3_server, s3fs_direct, s3_options, s3_proxy
+):
     prefix = "data/many"
     png = _tiny_png()
     s3fs_direct.pipe({f"{prefix}/{c}/{i}.png": png for c in "ab" for i in range(150)})

@@ -48,7 +48,9 @@ class S3Server:
     ```
     """
 
-    def __init__(self, root: str | os.PathLike | None = None, buckets: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, root: str | os.PathLike | None = None, buckets: tuple[str, ...] = ()
+    ) -> None:
         self._own_root = root is None
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="s3root-"))
         self.buckets = tuple(buckets)
@@ -90,7 +92,11 @@ class S3Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                err = self._process.stderr.read().decode(errors="replace") if self._process.stderr else ""
+                err = (
+                    self._process.stderr.read().decode(errors="replace")
+                    if self._process.stderr
+                    else ""
+                )
                 raise RuntimeError(f"rclone serve s3 exited: {err[-2000:]}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
