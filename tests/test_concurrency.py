@@ -206,3 +206,24 @@ def _wait_until(condition, timeout: float = 5.0) -> None:
     while not condition() and time.monotonic() < deadline:
         gc.collect()  # Keras's iterators hold a reference cycle (their index generator)
         time.sleep(0.05)
+
+
+def test_a_failed_prefetched_batch_is_retried_when_asked_for(image_dir):
+    directory, df = image_dir
+    failed = set()
+
+    def flaky(path):
+        if path.endswith("dog_0.png") and path not in failed:
+            failed.add(path)
+            raise ConnectionResetError("reset by peer")
+        with open(path, "rb") as f:
+            return f.read()
+
+    gen = rk.ImageDataGenerator(loader=flaky)
+    with gen.flow_from_dataframe(
+        df, directory, batch_size=7, shuffle=False, target_size=(4, 4)
+    ) as it:
+        it[0]  # batch 1 (holding dog_0.png) is built ahead and fails once
+        _wait_until(lambda: failed)
+        x, _ = it[1]
+    assert failed and x.shape == (7, 4, 4, 3)

