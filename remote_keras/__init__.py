@@ -16,7 +16,7 @@ from keras.src.legacy.preprocessing.image import Iterator, NumpyArrayIterator
 from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
 from remote_keras.generator import ImageDataGenerator
 from remote_keras.iterators import DataFrameIterator, DirectoryIterator
-from remote_keras.loaders import FsspecLoader, decode_image
+from remote_keras.loaders import FsspecLoader, ObstoreLoader, decode_image
 
 try:
     __version__ = version("remote-keras")
@@ -33,5 +33,6 @@ __all__ = [
     "Iterator",
     "MissingBackendError",
     "NumpyArrayIterator",
+    "ObstoreLoader",
     "decode_image",
 ]

@@ -35,6 +35,8 @@ EXTRAS_BY_PROTOCOL = {
     "lakefs": "lakefs",
 }
 
+_PERMISSION_ERRORS = {"PermissionDeniedError", "UnauthenticatedError"}
+
 _SECRET_QUERY_KEYS = re.compile(r"(signature|token|key|credential|secret|password|sig)", re.I)
 
 
@@ -118,9 +120,10 @@ def translate(url: str, exc: BaseException) -> BaseException:
         return exc
     shown = redact(url)
     cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    if isinstance(exc, FileNotFoundError):
+    kind = type(exc).__name__  # obstore's errors do not derive from the builtins
+    if isinstance(exc, FileNotFoundError) or kind == "NotFoundError":
         new: BaseException = FileNotFoundError(f"No such file or object: {shown!r} ({cause})")
-    elif isinstance(exc, PermissionError):
+    elif isinstance(exc, PermissionError) or kind in _PERMISSION_ERRORS:
         new = PermissionError(f"Access denied to {shown!r} ({cause}); check the credentials")
     elif isinstance(exc, ImportError):
         new = missing_backend(url, exc)

@@ -8,6 +8,7 @@ from typing import Any
 from keras.src.legacy.preprocessing import image as keras_image
 
 from remote_keras.iterators import (
+    DEFAULT_CACHE_MAX_BYTES,
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_PREFETCH_BATCHES,
     DEFAULT_WORKERS,
@@ -36,13 +37,18 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
     Args:
         *args: Positional arguments of Keras's `ImageDataGenerator`.
         loader: Callable `path -> bytes | file-like | PIL.Image | ndarray`
-            doing all reads. Defaults to fsspec.
+            doing all reads, or `"fsspec"` (the default) or `"obstore"`.
         storage_options: Passed to fsspec (credentials, `endpoint_url`, ...).
         workers: Threads Keras's `fit` uses to request batches. Defaults to 4.
         prefetch_batches: Batches built ahead when read in order. Defaults to 4.
         max_in_flight: Requests in flight for loaders without `load_many`.
-            Defaults to 64.
+            Defaults to 128.
         decode_workers: Decoding threads; defaults to one per core.
+        jpeg_draft: Decode large JPEGs at reduced scale; faster, but pixels
+            differ from stock Keras's. Defaults to `False`.
+        cache_dir: Local folder caching fetched files for later epochs; off
+            when `None` (the default).
+        cache_max_bytes: Size limit of `cache_dir`. Defaults to 10 GiB.
         **kwargs: Keyword arguments of Keras's `ImageDataGenerator`.
 
     Example:
@@ -65,6 +71,9 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         prefetch_batches: int = DEFAULT_PREFETCH_BATCHES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         decode_workers: int | None = None,
+        jpeg_draft: bool = False,
+        cache_dir: str | None = None,
+        cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -75,6 +84,9 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
             prefetch_batches=prefetch_batches,
             max_in_flight=max_in_flight,
             decode_workers=decode_workers,
+            jpeg_draft=jpeg_draft,
+            cache_dir=cache_dir,
+            cache_max_bytes=cache_max_bytes,
         )
 
     def __repr__(self) -> str:  # storage options hold secrets: never shown
@@ -113,6 +125,9 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         prefetch_batches: int | None = None,
         max_in_flight: int | None = None,
         decode_workers: int | None = None,
+        jpeg_draft: bool | None = None,
+        cache_dir: str | None = None,
+        cache_max_bytes: int | None = None,
     ) -> DirectoryIterator:
         """Iterates over a folder with one sub-folder per class, local or remote.
 
@@ -151,6 +166,9 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
                 prefetch_batches=prefetch_batches,
                 max_in_flight=max_in_flight,
                 decode_workers=decode_workers,
+                jpeg_draft=jpeg_draft,
+                cache_dir=cache_dir,
+                cache_max_bytes=cache_max_bytes,
             ),
         )
 
@@ -183,6 +201,9 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         prefetch_batches: int | None = None,
         max_in_flight: int | None = None,
         decode_workers: int | None = None,
+        jpeg_draft: bool | None = None,
+        cache_dir: str | None = None,
+        cache_max_bytes: int | None = None,
         **kwargs: Any,
     ) -> DataFrameIterator:
         """Iterates over images named in a dataframe, local or remote.
@@ -244,5 +265,8 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
                 prefetch_batches=prefetch_batches,
                 max_in_flight=max_in_flight,
                 decode_workers=decode_workers,
+                jpeg_draft=jpeg_draft,
+                cache_dir=cache_dir,
+                cache_max_bytes=cache_max_bytes,
             ),
         )

@@ -31,7 +31,8 @@ from keras.src.legacy.preprocessing import image as keras_image
 from keras.src.utils import image_utils, io_utils
 
 from remote_keras import errors, storage
-from remote_keras.loaders import FsspecLoader, Loader, decode_image
+from remote_keras.cache import DiskCache
+from remote_keras.loaders import Loader, decode_image, make_loader
 from remote_keras.prefetch import Prefetcher, WorkerPools
 
 # Global `np.random` is shared by every thread; Keras's augmentation draws from it.
@@ -39,7 +40,8 @@ _NUMPY_RANDOM_LOCK = threading.Lock()
 
 DEFAULT_WORKERS = 4
 DEFAULT_PREFETCH_BATCHES = 4
-DEFAULT_MAX_IN_FLIGHT = 64
+DEFAULT_MAX_IN_FLIGHT = 128
+DEFAULT_CACHE_MAX_BYTES = 10 * 2**30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +71,9 @@ class RemoteBatchMixin:
         prefetch_batches: int,
         max_in_flight: int,
         decode_workers: int | None,
+        jpeg_draft: bool = False,
+        cache_dir: str | os.PathLike | None = None,
+        cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
     ) -> None:
         for name, value, least in (
             ("workers", workers, 1),
@@ -80,18 +85,15 @@ class RemoteBatchMixin:
                 raise ValueError(
                     f"`{name}` must be an integer >= {least}. Received: {name}={value!r}"
                 )
-        if loader is not None and not callable(loader):
-            raise TypeError(
-                "`loader` must be a callable taking a path and returning bytes, a file-like "
-                f"object, a PIL image or a numpy array. Received: loader={loader!r}"
-            )
         self.filesystems = storage.FileSystems(storage_options)
-        self.loader = loader if loader is not None else FsspecLoader(storage_options)
+        self.loader = make_loader(loader, storage_options)
         self._knobs = dict(
             workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size
         )
         self.prefetch_batches = prefetch_batches
         self.max_in_flight = max_in_flight
+        self.jpeg_draft = bool(jpeg_draft)
+        self.cache = DiskCache(cache_dir, cache_max_bytes) if cache_dir is not None else None
         self._pools = WorkerPools(prefetch_batches + 2, max_in_flight, decode_workers)
         self._prefetcher = Prefetcher(self._pools, prefetch_batches)
         self._finalizer = weakref.finalize(self, self._pools.close)
@@ -278,7 +280,20 @@ class RemoteBatchMixin:
         return batch_x
 
     def _fetch(self, paths: Sequence[str]) -> list[Any]:
-        """Reads `paths` through the loader; exceptions are returned in place."""
+        """Reads `paths` from the disk cache or the loader; exceptions are returned in place."""
+        if self.cache is None:
+            return self._fetch_uncached(paths)
+        results = [self.cache.get(path) for path in paths]
+        missing = [i for i, data in enumerate(results) if data is None]
+        if missing:
+            fetched = self._fetch_uncached([paths[i] for i in missing])
+            for i, data in zip(missing, fetched):
+                results[i] = data
+                if isinstance(data, (bytes, bytearray, memoryview)):
+                    self.cache.put(paths[i], data)
+        return results
+
+    def _fetch_uncached(self, paths: Sequence[str]) -> list[Any]:
         loader = self.loader
         if hasattr(loader, "load_many"):
             return loader.load_many(paths)
@@ -303,6 +318,7 @@ class RemoteBatchMixin:
             target_size=self.target_size,
             interpolation=self.interpolation,
             keep_aspect_ratio=self.keep_aspect_ratio,
+            jpeg_draft=self.jpeg_draft,
         )
         x = image_utils.img_to_array(img, data_format=self.data_format)
         if hasattr(img, "close"):
@@ -363,7 +379,8 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
 
     Args:
         loader: Callable `path -> bytes | file-like | PIL.Image | ndarray`
-            that does all reading. Defaults to fsspec (`FsspecLoader`).
+            that does all reading, or `"fsspec"` (`FsspecLoader`, the
+            default) or `"obstore"` (`ObstoreLoader`, faster on S3/GCS/Azure).
         storage_options: Passed to fsspec (credentials, `endpoint_url`, ...).
         workers: Threads (or processes) Keras's `fit` uses to request
             batches; each builds a different batch. Defaults to 4.
@@ -371,9 +388,18 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
         max_queue_size: Passed to `keras.utils.PyDataset`. Defaults to 10.
         prefetch_batches: Batches built ahead when they are asked for in
             order. Defaults to 4.
-        max_in_flight: Requests in flight for loaders without `load_many`.
-            Defaults to 64.
+        max_in_flight: Requests in flight for loaders without `load_many`
+            (custom loaders, `"obstore"`). Defaults to 128.
         decode_workers: Decoding threads; defaults to one per core.
+        jpeg_draft: Decode large JPEGs at reduced scale (`PIL.Image.draft`)
+            when that still covers `target_size`: about 3x faster on
+            2-megapixel photos, but pixels differ from stock Keras's.
+            Defaults to `False`.
+        cache_dir: Local folder caching fetched files, so later epochs make
+            no requests for them; off when `None` (the default). Safe to
+            share between processes; assumes objects do not change.
+        cache_max_bytes: Size limit of `cache_dir`; least recently used
+            files are evicted. Defaults to 10 GiB.
     """
 
     def __init__(
@@ -401,7 +427,7 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
         dtype="float32",
         validate_filenames=True,
         *,
-        loader: Loader | None = None,
+        loader: Loader | str | None = None,
         storage_options: dict[str, Any] | None = None,
         workers: int = DEFAULT_WORKERS,
         use_multiprocessing: bool = False,
@@ -409,16 +435,22 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
         prefetch_batches: int = DEFAULT_PREFETCH_BATCHES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         decode_workers: int | None = None,
+        jpeg_draft: bool = False,
+        cache_dir: str | os.PathLike | None = None,
+        cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
     ):
         self._init_remote(
-            loader,
-            storage_options,
-            workers,
-            use_multiprocessing,
-            max_queue_size,
-            prefetch_batches,
-            max_in_flight,
-            decode_workers,
+            loader=loader,
+            storage_options=storage_options,
+            workers=workers,
+            use_multiprocessing=use_multiprocessing,
+            max_queue_size=max_queue_size,
+            prefetch_batches=prefetch_batches,
+            max_in_flight=max_in_flight,
+            decode_workers=decode_workers,
+            jpeg_draft=jpeg_draft,
+            cache_dir=cache_dir,
+            cache_max_bytes=cache_max_bytes,
         )
         super().__init__(
             dataframe,
@@ -502,7 +534,7 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
         keep_aspect_ratio=False,
         dtype=None,
         *,
-        loader: Loader | None = None,
+        loader: Loader | str | None = None,
         storage_options: dict[str, Any] | None = None,
         workers: int = DEFAULT_WORKERS,
         use_multiprocessing: bool = False,
@@ -510,16 +542,22 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
         prefetch_batches: int = DEFAULT_PREFETCH_BATCHES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         decode_workers: int | None = None,
+        jpeg_draft: bool = False,
+        cache_dir: str | os.PathLike | None = None,
+        cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
     ):
         self._init_remote(
-            loader,
-            storage_options,
-            workers,
-            use_multiprocessing,
-            max_queue_size,
-            prefetch_batches,
-            max_in_flight,
-            decode_workers,
+            loader=loader,
+            storage_options=storage_options,
+            workers=workers,
+            use_multiprocessing=use_multiprocessing,
+            max_queue_size=max_queue_size,
+            prefetch_batches=prefetch_batches,
+            max_in_flight=max_in_flight,
+            decode_workers=decode_workers,
+            jpeg_draft=jpeg_draft,
+            cache_dir=cache_dir,
+            cache_max_bytes=cache_max_bytes,
         )
         arguments = dict(
             target_size=target_size,

@@ -10,6 +10,7 @@ fsspec's event loop instead of tying up one thread per request.
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -113,6 +114,112 @@ class FsspecLoader:
             return exc
 
 
+class ObstoreLoader:
+    """A faster loader for `s3://`, `gs://` and `az://` URLs, through the Rust `obstore` client.
+
+    A GET costs about a quarter of s3fs's client CPU (0.3 ms against 1.0-1.6
+    ms, measured in `bench/`), which matters when decoding already keeps
+    every core busy. Each call blocks one of the iterator's fetch threads
+    with the GIL released; `max_in_flight` bounds them. Other URLs and local
+    paths fall back to `FsspecLoader`; listing and validation still use
+    fsspec. Requires `pip install obstore`.
+
+    Args:
+        storage_options: The same fsspec-style options as for s3fs / gcsfs /
+            adlfs. For S3, `key`, `secret`, `token` and
+            `client_kwargs={"endpoint_url": ..., "region_name": ...}` are
+            translated; other keys are passed to obstore as configuration.
+    """
+
+    PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
+
+    def __init__(self, storage_options: dict[str, Any] | None = None) -> None:
+        self.storage_options = dict(storage_options or {})
+        self._fallback = FsspecLoader(storage_options)
+        self._stores: dict[tuple[int, str, str], Any] = {}
+
+    def __repr__(self) -> str:
+        return "ObstoreLoader()"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["storage_options"])
+
+    def __call__(self, path: str) -> bytes:
+        """Reads all bytes of `path`.
+
+        Raises:
+            FileNotFoundError, PermissionError, ImageLoadError: naming `path`.
+        """
+        if storage.protocol_of(path) not in self.PROTOCOLS or "::" in path:
+            return self._fallback(path)
+        import obstore
+
+        with errors.reading(path):
+            store, key = self._store_for(path)
+            return obstore.get(store, key).bytes().to_bytes()
+
+    def _store_for(self, url: str) -> tuple[Any, str]:
+        from obstore.store import from_url
+
+        protocol, rest = url.split("://", 1)
+        bucket, _, key = rest.partition("/")
+        cache_key = (os.getpid(), protocol, bucket)  # clients do not survive a fork
+        store = self._stores.get(cache_key)
+        if store is None:
+            config, client_options = _obstore_config(protocol, self.storage_options)
+            store = from_url(f"{protocol}://{bucket}", config=config, client_options=client_options)
+            self._stores[cache_key] = store
+        return store, key
+
+
+def _obstore_config(protocol: str, options: dict[str, Any]) -> tuple[dict, dict]:
+    """Translates fsspec-style storage options into obstore's config and client options."""
+    options = dict(options)
+    client_kwargs = options.pop("client_kwargs", {}) or {}
+    config: dict[str, Any] = {}
+    client_options: dict[str, Any] = {}
+    if protocol in ("s3", "s3a"):
+        renames = {"key": "access_key_id", "secret": "secret_access_key", "token": "session_token"}
+        for name, target in renames.items():
+            if options.get(name) is not None:
+                config[target] = options.pop(name)
+        for name in ("max_concurrency", "config_kwargs", "anon"):
+            if options.pop(name, None) and name == "anon":
+                config["skip_signature"] = True
+        if client_kwargs.get("endpoint_url"):
+            config["endpoint"] = client_kwargs["endpoint_url"]
+            if client_kwargs["endpoint_url"].startswith("http://"):
+                client_options["allow_http"] = True
+        if client_kwargs.get("region_name"):
+            config["region"] = client_kwargs["region_name"]
+    config.update(options)
+    return config, client_options
+
+
+LOADERS = {"fsspec": FsspecLoader, "obstore": ObstoreLoader}
+
+
+def make_loader(loader: Loader | str | None, storage_options: dict[str, Any] | None) -> Loader:
+    """Returns `loader` itself, or builds the named one (`"fsspec"`, `"obstore"`).
+
+    Raises:
+        TypeError: `loader` is neither callable nor a known name.
+    """
+    if loader is None or loader == "fsspec":
+        return FsspecLoader(storage_options)
+    if loader == "obstore":
+        return ObstoreLoader(storage_options)
+    if callable(loader):
+        return loader
+    raise TypeError(
+        "`loader` must be a callable taking a path and returning bytes, a file-like object, "
+        f"a PIL image or a numpy array, or one of {sorted(LOADERS)}. Received: loader={loader!r}"
+    )
+
+
 def decode_image(
     data: LoaderOutput,
     url: str,
@@ -120,6 +227,7 @@ def decode_image(
     target_size: tuple[int, int] | None = None,
     interpolation: str = "nearest",
     keep_aspect_ratio: bool = False,
+    jpeg_draft: bool = False,
 ) -> Image.Image:
     """Decodes what a loader returned, with stock `keras.utils.load_img` semantics.
 
@@ -135,6 +243,9 @@ def decode_image(
         target_size: `(height, width)`, or `None` to keep the size.
         interpolation: Resampling method name, as in `load_img`.
         keep_aspect_ratio: Center-crop to the target aspect ratio first.
+        jpeg_draft: Let Pillow decode a JPEG at 1/2, 1/4 or 1/8 scale when
+            that is still at least `target_size` (`Image.draft`). About 3x
+            faster on 2-megapixel photos; pixels differ from stock Keras's.
 
     Returns:
         A PIL image.
@@ -150,39 +261,42 @@ def decode_image(
         keep_aspect_ratio=keep_aspect_ratio,
     )
     if isinstance(data, (bytes, bytearray, memoryview)):
-        stream: io.BytesIO | None = io.BytesIO(data)
-    elif isinstance(data, io.BytesIO):
-        stream = data
-    elif hasattr(data, "read"):
+        data = io.BytesIO(data)
+    elif hasattr(data, "read") and not isinstance(data, io.BytesIO):
+        source = data
         try:
-            stream = io.BytesIO(data.read())
+            data = io.BytesIO(source.read())
         finally:
-            if hasattr(data, "close"):
-                data.close()
-    else:
-        stream = None
+            if hasattr(source, "close"):
+                source.close()
+    if isinstance(data, np.ndarray):
+        data = image_utils.array_to_img(data, data_format="channels_last", scale=False)
+    if not isinstance(data, (io.BytesIO, Image.Image)):
+        raise TypeError(
+            "A loader must return bytes, a binary file-like object, a PIL image or a "
+            f"numpy array. Received: {type(data).__name__} for {errors.redact(url)!r}"
+        )
     try:
-        if stream is not None:
-            return image_utils.load_img(stream, **options)
-        if isinstance(data, np.ndarray):
-            data = image_utils.array_to_img(data, data_format="channels_last", scale=False)
         if isinstance(data, Image.Image):
             return _convert_and_resize(data, **options)
-    except (ValueError, TypeError) as exc:
-        if "interpolation" in str(exc) or "color_mode" in str(exc):
-            raise
-        raise errors.ImageDecodeError(
-            errors.redact(url), f"Cannot decode image {errors.redact(url)!r}: {exc}"
-        ) from exc
+        if jpeg_draft and target_size is not None:
+            img = Image.open(data)
+            if img.format == "JPEG":
+                img.draft("L" if color_mode == "grayscale" else "RGB", target_size[::-1])
+                return _convert_and_resize(img, **options)
+            data.seek(0)
+        return image_utils.load_img(data, **options)
     except Exception as exc:  # noqa: BLE001 - PIL raises many types for bad data
+        if isinstance(exc, ValueError) and str(exc).startswith(_CONFIGURATION_ERRORS):
+            raise
+        shown = errors.redact(url)
         raise errors.ImageDecodeError(
-            errors.redact(url),
-            f"Cannot decode image {errors.redact(url)!r}: {type(exc).__name__}: {exc}",
+            shown, f"Cannot decode image {shown!r}: {type(exc).__name__}: {exc}"
         ) from exc
-    raise TypeError(
-        "A loader must return bytes, a binary file-like object, a PIL image or a "
-        f"numpy array. Received: {type(data).__name__} for {errors.redact(url)!r}"
-    )
+
+
+# `load_img`'s own messages for bad arguments, which are not data errors.
+_CONFIGURATION_ERRORS = ("Invalid interpolation", "color_mode must be")
 
 
 def _convert_and_resize(
