@@ -6,6 +6,7 @@ Callers catch the builtin families they already know::
     OSError
     ├── FileNotFoundError        missing object, prefix or `directory`
     ├── PermissionError          bad or missing credentials
+    ├── ConnectionError          the server cannot be reached
     └── ImageLoadError           any other failure to read bytes
     ValueError
     └── ImageDecodeError         bytes that are not a decodable image
@@ -36,6 +37,8 @@ EXTRAS_BY_PROTOCOL = {
 }
 
 _PERMISSION_ERRORS = {"PermissionDeniedError", "UnauthenticatedError"}
+# urllib3's (lakefs-sdk, requests) and aiohttp's, which do not derive from ConnectionError.
+_CONNECTION_ERRORS = {"MaxRetryError", "NewConnectionError", "ClientConnectorError"}
 
 _SECRET_QUERY_KEYS = re.compile(r"(signature|token|key|credential|secret|password|sig)", re.I)
 
@@ -120,11 +123,14 @@ def translate(url: str, exc: BaseException) -> BaseException:
         return exc
     shown = redact(url)
     cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    kind = type(exc).__name__  # obstore's errors do not derive from the builtins
-    if isinstance(exc, FileNotFoundError) or kind == "NotFoundError":
+    kind = type(exc).__name__  # obstore's and lakefs-sdk's errors do not derive from builtins
+    status = getattr(exc, "status", None) or getattr(exc, "status_code", None)
+    if isinstance(exc, FileNotFoundError) or kind == "NotFoundError" or status in (404, 410):
         new: BaseException = FileNotFoundError(f"No such file or object: {shown!r} ({cause})")
-    elif isinstance(exc, PermissionError) or kind in _PERMISSION_ERRORS:
+    elif isinstance(exc, PermissionError) or kind in _PERMISSION_ERRORS or status in (401, 403):
         new = PermissionError(f"Access denied to {shown!r} ({cause}); check the credentials")
+    elif isinstance(exc, ConnectionError) or kind in _CONNECTION_ERRORS:
+        new = ConnectionError(f"Cannot reach the server for {shown!r} ({cause})")
     elif isinstance(exc, ImportError):
         new = missing_backend(url, exc)
     elif isinstance(exc, ValueError) and "Protocol not known" in str(exc):

@@ -32,6 +32,7 @@ from keras.src.utils import image_utils, io_utils
 
 from remote_keras import errors, storage
 from remote_keras.cache import DiskCache
+from remote_keras.lakefs import LakeFSPin, Pinner
 from remote_keras.loaders import Loader, decode_image, make_loader
 from remote_keras.prefetch import Prefetcher, WorkerPools
 
@@ -87,6 +88,7 @@ class RemoteBatchMixin:
                 )
         self.filesystems = storage.FileSystems(storage_options)
         self.loader = make_loader(loader, storage_options)
+        self._pinner = Pinner(self.filesystems)
         self._knobs = dict(
             workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size
         )
@@ -104,11 +106,20 @@ class RemoteBatchMixin:
 
     def _finish_init(self) -> None:
         """Runs after Keras's `__init__`: URL-aware paths and `PyDataset` knobs."""
-        self._filepaths = [storage.join(self.directory, name) for name in self.filenames]
+        self._filepaths = [self._path_of(name) for name in self.filenames]
         # Keras's iterators do not forward these to `PyDataset.__init__`.
         self.workers = self._knobs["workers"]
         self.use_multiprocessing = self._knobs["use_multiprocessing"]
         self.max_queue_size = self._knobs["max_queue_size"]
+
+    def _path_of(self, filename: str) -> str:
+        """The path or URL read for `filename`; lakeFS refs pinned to their commit."""
+        return self._pinner.pin(storage.join(self.directory, filename))
+
+    @property
+    def lakefs_pins(self) -> list[LakeFSPin]:
+        """The lakeFS commits this iterator reads, one per `(repository, ref)` requested."""
+        return list(self._pinner.pins.values())
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -295,9 +306,9 @@ class RemoteBatchMixin:
 
     def _fetch_uncached(self, paths: Sequence[str]) -> list[Any]:
         loader = self.loader
-        if hasattr(loader, "load_many"):
-            return loader.load_many(paths)
         fetch_pool = self._pools.get("fetch")
+        if hasattr(loader, "load_many"):
+            return loader.load_many(paths, executor=fetch_pool)
         futures = [fetch_pool.submit(loader, path) for path in paths]
         results = []
         for path, future in zip(paths, futures):
@@ -480,11 +491,11 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
 
     def _filter_valid_filepaths(self, df, x_col):
         """Keeps rows whose file exists, listing remote prefixes instead of one request per row."""
-        paths = [storage.join(self.directory, name) for name in df[x_col]]
+        paths = [self._path_of(name) for name in df[x_col]]
         if not any(storage.is_url(path) for path in paths):
             return super()._filter_valid_filepaths(df, x_col)
         if storage.is_url(str(self.directory)):
-            fs, root = self.filesystems.resolve(str(self.directory))
+            fs, root = self.filesystems.resolve(self._pinner.pin(str(self.directory)))
             if not fs.exists(root):
                 raise FileNotFoundError(
                     f"No such directory: {errors.redact(str(self.directory))!r}"
@@ -607,7 +618,7 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
         self.class_mode = kw["class_mode"]
         self.dtype = kw["dtype"] or backend.floatx()
 
-        _, _, entries = storage.walk_files(directory, self.filesystems)
+        _, _, entries = storage.walk_files(self._pinner.pin(directory), self.filesystems)
         by_class: dict[str, list[str]] = {}
         for entry in entries:
             top, _, rest = entry.partition("/")

@@ -12,13 +12,14 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from keras.src.utils import image_utils
 from PIL import Image
 
-from remote_keras import errors, storage
+from remote_keras import errors, lakefs, storage
 
 LoaderOutput = Any  # bytes | file-like | PIL.Image.Image | numpy.ndarray
 Loader = Callable[[str], LoaderOutput]
@@ -26,18 +27,25 @@ Loader = Callable[[str], LoaderOutput]
 
 @runtime_checkable
 class BatchLoader(Protocol):
-    """A loader that can also fetch many paths in one call."""
+    """A loader that can also fetch many paths in one call.
+
+    `load_many` gets the iterator's fetch thread pool as `executor`, for
+    reads that block a thread each.
+    """
 
     def __call__(self, path: str) -> LoaderOutput: ...
 
-    def load_many(self, paths: Sequence[str]) -> list[LoaderOutput | BaseException]: ...
+    def load_many(
+        self, paths: Sequence[str], executor: Executor | None = None
+    ) -> list[LoaderOutput | BaseException]: ...
 
 
 class FsspecLoader:
     """The default loader: local paths with `open`, URLs through fsspec.
 
-    Each object is read with a single GET (no HEAD first) on the backends
-    listed in `storage.PROTOCOL_DEFAULTS`.
+    Each object is read with a single GET: s3fs is configured not to send
+    a HEAD first (`storage.PROTOCOL_DEFAULTS`), and `lakefs://` objects are
+    fetched with one API call instead of lakefs-spec's three.
 
     Args:
         storage_options: Passed to fsspec for every URL (credentials,
@@ -61,55 +69,54 @@ class FsspecLoader:
                 with open(path, "rb") as f:
                     return f.read()
             fs, inner = self.filesystems.resolve(path)
+            if lakefs.is_lakefs(path):
+                return lakefs.get_object(fs, path)
             return fs.cat_file(inner)
 
-    def load_many(self, paths: Sequence[str]) -> list[bytes | BaseException]:
-        """Reads several paths concurrently where the backend allows it.
+    def load_many(
+        self, paths: Sequence[str], executor: Executor | None = None
+    ) -> list[bytes | BaseException]:
+        """Reads several paths concurrently.
+
+        Async backends (s3fs, gcsfs, adlfs, HTTP) get the whole batch in one
+        `cat_ranges` call, all requests in flight together on fsspec's event
+        loop; other paths are read one per thread of `executor`.
 
         Args:
             paths: Paths or URLs, possibly repeated.
+            executor: Threads for blocking reads; serial without one.
 
         Returns:
             One entry per path, in order: its bytes, or the exception
             (already naming the path) that reading it raised.
         """
         results: list[bytes | BaseException] = [b""] * len(paths)
-        local = [i for i, p in enumerate(paths) if not storage.is_url(p)]
-        for i in local:
-            results[i] = self._capture(paths[i])
-        remote = [p for p in paths if storage.is_url(p)]
-        positions = [i for i, p in enumerate(paths) if storage.is_url(p)]
-        if not remote:
-            return results
-        try:
-            groups = self.filesystems.group(remote)
-        except Exception as exc:  # noqa: BLE001 - reported per path
-            for i in positions:
-                results[i] = errors.translate(paths[i], exc)
-            return results
-        for fs, members in groups.items():
-            where = [positions[j] for j, _ in members]
-            inner = [p for _, p in members]
-            if storage.is_async(fs):
-                fetched = fs.cat_ranges(inner, None, None, on_error="return")
-            else:
-                fetched = [self._capture_fs(fs, p) for p in inner]
-            for i, value in zip(where, fetched):
-                results[i] = (
-                    errors.translate(paths[i], value) if isinstance(value, BaseException) else value
-                )
+        batched: dict[Any, list[tuple[int, str]]] = {}
+        one_by_one = []
+        for i, path in enumerate(paths):
+            if storage.is_url(path) and not lakefs.is_lakefs(path):
+                try:
+                    fs, inner = self.filesystems.resolve(path)
+                except Exception as exc:  # noqa: BLE001 - reported per path
+                    results[i] = errors.translate(path, exc)
+                    continue
+                if storage.is_async(fs):
+                    batched.setdefault(fs, []).append((i, inner))
+                    continue
+            one_by_one.append(i)
+        for fs, members in batched.items():
+            fetched = fs.cat_ranges([p for _, p in members], None, None, on_error="return")
+            for (i, _), value in zip(members, fetched):
+                bad = isinstance(value, BaseException)
+                results[i] = errors.translate(paths[i], value) if bad else value
+        mapper = executor.map if executor is not None else map
+        for i, value in zip(one_by_one, mapper(self._capture, [paths[i] for i in one_by_one])):
+            results[i] = value
         return results
 
     def _capture(self, path: str) -> bytes | BaseException:
         try:
             return self(path)
-        except Exception as exc:  # noqa: BLE001 - returned, raised by the caller
-            return exc
-
-    @staticmethod
-    def _capture_fs(fs: Any, path: str) -> bytes | BaseException:
-        try:
-            return fs.cat_file(path)
         except Exception as exc:  # noqa: BLE001 - returned, raised by the caller
             return exc
 

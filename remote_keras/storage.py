@@ -142,6 +142,23 @@ def is_async(fs: AbstractFileSystem) -> bool:
     return isinstance(fs, AsyncFileSystem) and getattr(fs, "async_impl", False)
 
 
+def _protocols(fs: AbstractFileSystem) -> set[str]:
+    return set(fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,))
+
+
+def find(fs: AbstractFileSystem, root: str, withdirs: bool = False) -> dict[str, dict]:
+    """Lists everything below `root` as `{path: info}` with as few requests as the backend allows.
+
+    fsspec's generic `find` lists folder by folder; S3-like backends
+    override it with one paged listing, and lakeFS gets one here
+    (`ls(recursive=True)`).
+    """
+    if "lakefs" in _protocols(fs):
+        entries = fs.ls(root.rstrip("/") + "/", detail=True, recursive=True, refresh=True)
+        return {e["name"]: e for e in entries if withdirs or e.get("type") != "directory"}
+    return fs.find(root, withdirs=withdirs, detail=True)
+
+
 def _common_dir(paths: Sequence[str]) -> str:
     parts = [p.split("/") for p in paths]
     common = []
@@ -181,7 +198,7 @@ def existing(urls: Sequence[str], filesystems: FileSystems) -> list[bool]:
     for fs, members in groups.items():
         positions = [remote[i][0] for i, _ in members]
         paths = [path for _, path in members]
-        if set(fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)) & _UNLISTABLE:
+        if _protocols(fs) & _UNLISTABLE:
             for position, path in zip(positions, paths):
                 with errors.reading(path):
                     found[position] = fs.isfile(path)
@@ -203,7 +220,7 @@ def _list_files(fs: AbstractFileSystem, parents: Sequence[str]) -> set[str]:
         try:
             with errors.reading(root):
                 if recursive:
-                    listed.update(fs.find(root, withdirs=False, detail=False))
+                    listed.update(find(fs, root))
                 else:
                     entries = fs.ls(root, detail=True)
                     listed.update(e["name"] for e in entries if e.get("type") != "directory")
@@ -230,7 +247,7 @@ def walk_files(url: str, filesystems: FileSystems) -> tuple[AbstractFileSystem, 
     root = root.rstrip("/")
     fs.invalidate_cache(root)
     with errors.reading(url):
-        found = fs.find(root, withdirs=True, detail=True)
+        found = find(fs, root, withdirs=True)
     if not found and not fs.isdir(root):
         raise FileNotFoundError(f"No such directory: {errors.redact(url)!r}")
     prefix = root + "/"

@@ -1502,3 +1502,17 @@ def lakefs_target(**server_kwargs: Any) -> Iterator[LakeFSTarget]:
             f"{ENV_URL} is set, so {ENV_ACCESS_KEY_ID} and {ENV_SECRET_ACCESS_KEY} must be too"
         )
     yield LakeFSTarget("real", url, {"host": url, "username": key, "password": secret})
+
+
+def main() -> None:
+    """Serves a stand-in from its own process (for benchmarks): prints its options as JSON."""
+    import signal
+
+    server = LakeFSServer().start()
+    signal.signal(signal.SIGTERM, lambda *_: (server.stop(), os._exit(0)))
+    print(json.dumps(server.storage_options), flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

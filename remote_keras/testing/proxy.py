@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -223,6 +225,7 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=0.0)
     args = parser.parse_args()
     proxy = CountingProxy(args.upstream_port, args.delay_ms / 1000).start()
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # connections die with the process
     print(proxy.port, flush=True)
     threading.Event().wait()
 

@@ -1,0 +1,63 @@
+"""The benchmark runs end to end in its smoke size, and the performance notebook plots it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).parents[1]
+
+
+@pytest.fixture(scope="module")
+def smoke_report(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bench")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--smoke", "--out", str(out),
+         "--data", str(out / "data")],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "| stock Keras, local disk |" in result.stdout
+    return out / "latest.json"
+
+
+@pytest.mark.slow
+def test_smoke_benchmark_reports_every_scenario(smoke_report):
+    report = json.loads(smoke_report.read_text())
+    results = report["results"]
+    for name in ("stock Keras, local disk", "tf.data image_dataset_from_directory, local",
+                 "remote_keras, local disk", "remote_keras obstore, s3 +20 ms",
+                 "fit: remote_keras obstore, s3 +20 ms"):  # fmt: skip
+        assert results[name]["images_per_s"] > 0, name
+    for name, result in results.items():
+        if result.get("group") == "s3":  # steady state: exactly one GET and no HEAD per image
+            assert result["requests_per_image"] == {"GET": 1.0}, (name, result)
+            assert result["startup_requests"].get("HEAD", 0) == 0, (name, result)
+    assert (smoke_report.parent / "latest.png").stat().st_size > 10_000
+    assert report["targets"]
+
+
+@pytest.mark.slow
+def test_performance_notebook_plots_the_report(smoke_report):
+    path = ROOT / "notebooks" / "03-performance.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    os.environ["REMOTE_KERAS_BENCH_JSON"] = str(smoke_report)
+    try:
+        NotebookClient(
+            notebook,
+            timeout=300,
+            kernel_name="python3",
+            resources={"metadata": {"path": path.parent}},
+        ).execute()
+    finally:
+        del os.environ["REMOTE_KERAS_BENCH_JSON"]
+    assert not [
+        o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"
+    ]
