@@ -89,6 +89,7 @@ class RemoteBatchMixin:
         self.filesystems = storage.FileSystems(storage_options)
         self.loader = make_loader(loader, storage_options)
         self._pinner = Pinner(self.filesystems)
+        self._known_paths: dict[str, str] = {}  # filename -> path, filled by validation
         self._knobs = dict(
             workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size
         )
@@ -107,6 +108,7 @@ class RemoteBatchMixin:
     def _finish_init(self) -> None:
         """Runs after Keras's `__init__`: URL-aware paths and `PyDataset` knobs."""
         self._filepaths = [self._path_of(name) for name in self.filenames]
+        self._known_paths = {}
         # Keras's iterators do not forward these to `PyDataset.__init__`.
         self.workers = self._knobs["workers"]
         self.use_multiprocessing = self._knobs["use_multiprocessing"]
@@ -114,7 +116,10 @@ class RemoteBatchMixin:
 
     def _path_of(self, filename: str) -> str:
         """The path or URL read for `filename`; lakeFS refs pinned to their commit."""
-        return self._pinner.pin(storage.join(self.directory, filename))
+        path = self._known_paths.get(filename)
+        if path is None:
+            path = self._pinner.pin(storage.join(self.directory, filename))
+        return path
 
     @property
     def lakefs_pins(self) -> list[LakeFSPin]:
@@ -201,11 +206,10 @@ class RemoteBatchMixin:
             epoch = self._epoch
             previous, self._last_requested = self._last_requested, idx
             future, prefetched = self._start(epoch, idx)
-            in_order = previous is None or 0 < idx - previous <= max(2, self.workers)
-            if in_order:
-                for ahead in range(idx + 1, min(idx + 1 + self.prefetch_batches, len(self))):
-                    self._start_ahead(epoch, ahead)
-        return self._result(future, prefetched, epoch, idx)
+        in_order = previous is None or 0 < idx - previous <= max(2, self.workers)
+        ahead = range(idx + 1, min(idx + 1 + self.prefetch_batches, len(self)))
+        keys = [(epoch, i) for i in ahead] if in_order else []
+        return self._result(future, prefetched, epoch, idx, keys)
 
     def __next__(self):
         with self.lock:
@@ -215,9 +219,9 @@ class RemoteBatchMixin:
             self.total_batches_seen += 1
             self.batch_index = (index + 1) % length
             future, prefetched = self._start(epoch, index)
-            for step in range(1, self.prefetch_batches + 1):
-                self._start_ahead(*divmod(self._stream_position - 1 + step, length))
-        return self._result(future, prefetched, epoch, index)
+            position = self._stream_position
+        keys = [divmod(position + step, length) for step in range(self.prefetch_batches)]
+        return self._result(future, prefetched, epoch, index, keys)
 
     def reset(self) -> None:
         """Makes the next `next()` call start a new epoch, as Keras does."""
@@ -258,7 +262,19 @@ class RemoteBatchMixin:
 
         return build
 
-    def _result(self, future, prefetched: bool, epoch: int, index: int):
+    def _look_ahead(self, keys: list[tuple[int, int]]) -> None:
+        with self.lock:
+            for epoch, index in keys:
+                self._start_ahead(epoch, index)
+
+    def _result(self, future, prefetched: bool, epoch: int, index: int, ahead: list):
+        """Waits for a batch, starting the `ahead` batches meanwhile (or after, if it is cold).
+
+        A batch that was not started ahead of time goes first, so that the
+        look-ahead does not compete with it (time to first batch).
+        """
+        if prefetched:
+            self._look_ahead(ahead)
         try:
             plan, batch_x = future.result()
         except Exception:
@@ -268,13 +284,15 @@ class RemoteBatchMixin:
             with self.lock:
                 build = self._task(epoch, index)
             plan, batch_x = build()
+        if not prefetched:
+            self._look_ahead(ahead)
         return self._assemble(plan, batch_x)
 
     def _load(self, plan: BatchPlan) -> np.ndarray:
         """Fetches and decodes the samples of `plan` into one array."""
         filepaths = self.filepaths
         paths = [filepaths[j] for j in plan.indices]
-        batch_x = np.zeros((len(paths),) + self.image_shape, dtype=self.dtype)
+        batch_x = np.empty((len(paths),) + self.image_shape, dtype=self.dtype)  # all rows set below
         if not paths:
             return batch_x
         decode_pool = self._pools.get("decode")
@@ -491,9 +509,11 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
 
     def _filter_valid_filepaths(self, df, x_col):
         """Keeps rows whose file exists, listing remote prefixes instead of one request per row."""
-        paths = [self._path_of(name) for name in df[x_col]]
+        names = df[x_col].tolist()
+        paths = [self._path_of(name) for name in names]
         if not any(storage.is_url(path) for path in paths):
             return super()._filter_valid_filepaths(df, x_col)
+        self._known_paths = dict(zip(names, paths))
         if storage.is_url(str(self.directory)):
             fs, root = self.filesystems.resolve(self._pinner.pin(str(self.directory)))
             if not fs.exists(root):

@@ -49,7 +49,7 @@ class LakeFSPin:
 
 def is_lakefs(url: str) -> bool:
     """Returns whether `url` is a `lakefs://` URL."""
-    return storage.protocol_of(url) == PROTOCOL and "::" not in url
+    return url.startswith("lakefs://") and "::" not in url
 
 
 def split(url: str) -> tuple[str, str, str]:

@@ -7,6 +7,7 @@ import multiprocessing
 import os
 
 import numpy as np
+import obstore  # noqa: F401 - a dev dependency: fail loudly if missing
 import pandas as pd
 import pytest
 from keras.src.legacy.preprocessing import image as keras_image
@@ -16,8 +17,6 @@ import remote_keras as rk
 from remote_keras.cache import DiskCache
 from remote_keras.testing.data import photo_like_jpeg
 from tests.test_parity import assert_same_batch
-
-pytest.importorskip("obstore")
 
 
 def test_obstore_loader_equals_stock_with_one_get_per_image(

@@ -11,20 +11,17 @@ import os
 import uuid
 from collections.abc import Iterator
 
+import lakefs
 import numpy as np
 import pytest
 from keras.src.legacy.preprocessing import image as keras_image
+from lakefs.client import Client
+from lakefs_spec import LakeFSFileSystem
 
-pytest.importorskip("lakefs_spec")
-
-import lakefs  # noqa: E402
-from lakefs.client import Client  # noqa: E402
-from lakefs_spec import LakeFSFileSystem  # noqa: E402
-
-import remote_keras as rk  # noqa: E402
-from remote_keras.lakefs import DataVersionCallback, write_data_version  # noqa: E402
-from remote_keras.testing.lakefs_server import LakeFSTarget, lakefs_target  # noqa: E402
-from tests.test_parity import assert_same_batch  # noqa: E402
+import remote_keras as rk
+from remote_keras.lakefs import DataVersionCallback, write_data_version
+from remote_keras.testing.lakefs_server import LakeFSTarget, lakefs_target
+from tests.test_parity import assert_same_batch
 
 
 @pytest.fixture(scope="module")

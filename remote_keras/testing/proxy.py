@@ -192,7 +192,9 @@ class ProxyProcess:
     def start(self) -> ProxyProcess:
         command = [sys.executable, __file__, "--upstream-port", str(self.upstream_port),
                    "--delay-ms", str(self.delay_s * 1000)]  # fmt: skip
-        self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        self._process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
         self.port = int(self._process.stdout.readline())
         return self
 
