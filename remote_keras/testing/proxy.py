@@ -3,7 +3,7 @@
 It parses only request heads and bodies (Content-Length or chunked) on the way
 in, so it can count each request and delay it; responses are copied back as
 raw bytes. Requests are classified as `GET`, `HEAD`, `PUT`, ... and `LIST`
-(an S3 `GET` on a bucket, e.g. `ListObjectsV2`).
+(an S3 `GET` on a bucket, e.g. `ListObjectsV2`, or lakeFS's `objects/ls`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ COUNTS_PATH = "/__proxy__/counts"
 def request_kind(method: str, target: str) -> str:
     """Classifies a request line; S3 listings count as `LIST`."""
     parts = urlsplit(target)
-    if method == "GET" and ("list-type=" in parts.query or parts.path.strip("/").count("/") == 0):
+    s3_listing = "list-type=" in parts.query or parts.path.strip("/").count("/") == 0
+    if method == "GET" and (s3_listing or parts.path.endswith("/objects/ls")):  # S3, lakeFS
         return "LIST"
     return method
 
