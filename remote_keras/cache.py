@@ -46,6 +46,12 @@ class DiskCache:
     def __repr__(self) -> str:
         return f"DiskCache({self.directory!r}, max_bytes={self.max_bytes})"
 
+    def __getstate__(self) -> dict:
+        return {"directory": self.directory, "max_bytes": self.max_bytes}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["directory"], state["max_bytes"])
+
     def _path(self, url: str) -> str:
         digest = hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()
         return os.path.join(self.directory, digest[:2], digest)

@@ -9,7 +9,8 @@ Callers catch the builtin families they already know::
     ├── ConnectionError          the server cannot be reached
     └── ImageLoadError           any other failure to read bytes
     ValueError
-    └── ImageDecodeError         bytes that are not a decodable image
+    ├── ImageDecodeError         bytes that are not a decodable image
+    └── InvalidRowsError         dataframe rows with NaN, empty or non-string paths
     ImportError
     └── MissingBackendError      a URL whose fsspec backend is not installed
 """
@@ -69,6 +70,20 @@ class ImageDecodeError(ValueError):
 
 class MissingBackendError(ImportError):
     """The fsspec backend for a URL's protocol is not installed."""
+
+
+class InvalidRowsError(ValueError, TypeError):
+    """Dataframe rows whose path is missing, empty or not a string.
+
+    A `TypeError` too, which is what Keras raises for non-string paths.
+
+    Attributes:
+        rows: The index labels of the offending rows.
+    """
+
+    def __init__(self, message: str, rows: list) -> None:
+        super().__init__(message)
+        self.rows = rows
 
 
 def redact(url: str) -> str:

@@ -97,13 +97,41 @@ class RemoteBatchMixin:
         self.max_in_flight = max_in_flight
         self.jpeg_draft = bool(jpeg_draft)
         self.cache = DiskCache(cache_dir, cache_max_bytes) if cache_dir is not None else None
-        self._pools = WorkerPools(prefetch_batches + 2, max_in_flight, decode_workers)
-        self._prefetcher = Prefetcher(self._pools, prefetch_batches)
-        self._finalizer = weakref.finalize(self, self._pools.close)
+        self._decode_workers = decode_workers
+        self._per_process_state()
         self._epoch = 0
         self._stream_position = 0
         self._orders: dict[int, np.ndarray] = {}
         self._last_requested: int | None = None
+
+    # ------------------------------------------------------------------ processes
+
+    def _per_process_state(self) -> None:
+        """Fresh lock, pools and look-ahead: for a new iterator, a fork, or an unpickled copy."""
+        self.lock = threading.Lock()
+        self._pid = os.getpid()
+        self._pools = WorkerPools(
+            self.prefetch_batches + 2, self.max_in_flight, self._decode_workers
+        )
+        self._prefetcher = Prefetcher(self._pools, self.prefetch_batches)
+        self._finalizer = weakref.finalize(self, self._pools.close)
+
+    def _ensure_process(self) -> None:
+        """After `fork`, the parent's threads, futures and lock holders do not exist here."""
+        if self._pid != os.getpid():
+            self._per_process_state()
+
+    _PROCESS_LOCAL = ("lock", "_pools", "_prefetcher", "_finalizer", "index_generator", "_pid")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles the configuration and data, not threads (for `use_multiprocessing=True`)."""
+        state = {k: v for k, v in self.__dict__.items() if k not in self._PROCESS_LOCAL}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.index_generator = self._flow_index()
+        self._per_process_state()
 
     def _finish_init(self) -> None:
         """Runs after Keras's `__init__`: URL-aware paths and `PyDataset` knobs."""
@@ -201,6 +229,7 @@ class RemoteBatchMixin:
             raise ValueError(
                 f"Asked to retrieve element {idx}, but the Sequence has length {len(self)}"
             )
+        self._ensure_process()
         with self.lock:
             self.total_batches_seen += 1
             epoch = self._epoch
@@ -212,6 +241,7 @@ class RemoteBatchMixin:
         return self._result(future, prefetched, epoch, idx, keys)
 
     def __next__(self):
+        self._ensure_process()
         with self.lock:
             length = max(len(self), 1)
             epoch, index = divmod(self._stream_position, length)
@@ -231,6 +261,7 @@ class RemoteBatchMixin:
             self.batch_index = 0
 
     def on_epoch_end(self) -> None:
+        self._ensure_process()
         with self.lock:
             self._epoch += 1
             self._last_requested = None
@@ -481,6 +512,7 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
             cache_dir=cache_dir,
             cache_max_bytes=cache_max_bytes,
         )
+        _check_path_column(dataframe, x_col)
         super().__init__(
             dataframe,
             directory=directory,
@@ -664,6 +696,21 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
         io_utils.print_msg(f"Found {self.samples} images belonging to {self.num_classes} classes.")
         keras_image.Iterator.__init__(
             self, self.samples, kw["batch_size"], kw["shuffle"], kw["seed"]
+        )
+
+
+def _check_path_column(df, x_col: str) -> None:
+    """Raises `InvalidRowsError` naming rows whose path is NaN, empty or not a string."""
+    if x_col not in df.columns:
+        return  # Keras raises its own KeyError
+    bad = [(i, v) for i, v in df[x_col].items() if not isinstance(v, str) or not v.strip()]
+    if bad:
+        shown = ", ".join(f"{i!r}: {v!r}" for i, v in bad[:10])
+        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        raise errors.InvalidRowsError(
+            f'Column x_col="{x_col}" must hold non-empty strings (paths or URLs). '
+            f"Received in {len(bad)} row(s): {shown}{more}",
+            [i for i, _ in bad],
         )
 
 

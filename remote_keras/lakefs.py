@@ -74,6 +74,13 @@ class Pinner:
         self.pins: dict[tuple[str, str], LakeFSPin] = {}
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {"filesystems": self.filesystems, "pins": self.pins}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def pin(self, url: str) -> str:
         """Returns `url` rewritten to read at its ref's commit; other URLs unchanged."""
         if not is_lakefs(url):
