@@ -17,6 +17,7 @@ from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackend
 from remote_keras.generator import ImageDataGenerator
 from remote_keras.iterators import DataFrameIterator, DirectoryIterator
 from remote_keras.loaders import FsspecLoader, ObstoreLoader, decode_image
+from remote_keras.retry import RetryPolicy
 
 try:
     __version__ = version("remote-keras")
@@ -34,5 +35,6 @@ __all__ = [
     "MissingBackendError",
     "NumpyArrayIterator",
     "ObstoreLoader",
+    "RetryPolicy",
     "decode_image",
 ]

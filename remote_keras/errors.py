@@ -56,6 +56,20 @@ class ImageLoadError(OSError):
         self.url = url
 
 
+def gave_up(url: str, attempts: int, cause: BaseException) -> ImageLoadError:
+    """The error raised when retries of a transient failure are exhausted."""
+    shown = redact(url)
+    last = cause.__cause__ if isinstance(cause, ImageLoadError) and cause.__cause__ else cause
+    error = ImageLoadError(
+        shown,
+        f"Gave up reading {shown!r} after {attempts} attempt(s); last error: "
+        f"{type(last).__name__}: {last}",
+    )
+    error.attempts = attempts
+    error.__cause__ = cause
+    return error
+
+
 class ImageDecodeError(ValueError):
     """The bytes read from `url` are not an image Pillow can decode.
 

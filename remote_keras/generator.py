@@ -16,6 +16,7 @@ from remote_keras.iterators import (
     DirectoryIterator,
 )
 from remote_keras.loaders import Loader
+from remote_keras.retry import RetryPolicy
 
 _DEPRECATED_DATAFRAME_KWARGS = {
     "has_ext": "`has_ext` is deprecated: filenames in the dataframe must match the stored "
@@ -49,6 +50,8 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         cache_dir: Local folder caching fetched files for later epochs; off
             when `None` (the default).
         cache_max_bytes: Size limit of `cache_dir`. Defaults to 10 GiB.
+        retries: `RetryPolicy` or attempts per file for transient failures.
+        on_error: `"raise"` (default) or `"skip"` unreadable samples.
         **kwargs: Keyword arguments of Keras's `ImageDataGenerator`.
 
     Example:
@@ -74,6 +77,8 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         jpeg_draft: bool = False,
         cache_dir: str | None = None,
         cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
+        retries: RetryPolicy | int | None = None,
+        on_error: str = "raise",
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -87,6 +92,8 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
             jpeg_draft=jpeg_draft,
             cache_dir=cache_dir,
             cache_max_bytes=cache_max_bytes,
+            retries=retries,
+            on_error=on_error,
         )
 
     def __repr__(self) -> str:  # storage options hold secrets: never shown
@@ -128,6 +135,8 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         jpeg_draft: bool | None = None,
         cache_dir: str | None = None,
         cache_max_bytes: int | None = None,
+        retries: RetryPolicy | int | None = None,
+        on_error: str | None = None,
     ) -> DirectoryIterator:
         """Iterates over a folder with one sub-folder per class, local or remote.
 
@@ -169,6 +178,8 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
                 jpeg_draft=jpeg_draft,
                 cache_dir=cache_dir,
                 cache_max_bytes=cache_max_bytes,
+                retries=retries,
+                on_error=on_error,
             ),
         )
 
@@ -204,6 +215,8 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         jpeg_draft: bool | None = None,
         cache_dir: str | None = None,
         cache_max_bytes: int | None = None,
+        retries: RetryPolicy | int | None = None,
+        on_error: str | None = None,
         **kwargs: Any,
     ) -> DataFrameIterator:
         """Iterates over images named in a dataframe, local or remote.
@@ -268,5 +281,7 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
                 jpeg_draft=jpeg_draft,
                 cache_dir=cache_dir,
                 cache_max_bytes=cache_max_bytes,
+                retries=retries,
+                on_error=on_error,
             ),
         )

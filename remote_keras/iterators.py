@@ -20,9 +20,11 @@ import io
 import os
 import posixpath
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,7 @@ from remote_keras.cache import DiskCache
 from remote_keras.lakefs import LakeFSPin, Pinner
 from remote_keras.loaders import Loader, decode_image, make_loader
 from remote_keras.prefetch import Prefetcher, WorkerPools
+from remote_keras.retry import RetryPolicy, as_policy, fetch_with_retries
 
 # Global `np.random` is shared by every thread; Keras's augmentation draws from it.
 _NUMPY_RANDOM_LOCK = threading.Lock()
@@ -75,7 +78,11 @@ class RemoteBatchMixin:
         jpeg_draft: bool = False,
         cache_dir: str | os.PathLike | None = None,
         cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
+        retries: RetryPolicy | int | None = None,
+        on_error: str = "raise",
     ) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f'`on_error` must be "raise" or "skip". Received: {on_error!r}')
         for name, value, least in (
             ("workers", workers, 1),
             ("max_queue_size", max_queue_size, 1),
@@ -97,6 +104,11 @@ class RemoteBatchMixin:
         self.max_in_flight = max_in_flight
         self.jpeg_draft = bool(jpeg_draft)
         self.cache = DiskCache(cache_dir, cache_max_bytes) if cache_dir is not None else None
+        self.retries = as_policy(retries)
+        self.on_error = on_error
+        self.skipped: list[tuple[str, str]] = []  # (path, reason) of samples dropped
+        self.retries_made = 0
+        self._skips_warned: set[int] = set()
         self._decode_workers = decode_workers
         self._per_process_state()
         self._epoch = 0
@@ -263,6 +275,12 @@ class RemoteBatchMixin:
     def on_epoch_end(self) -> None:
         self._ensure_process()
         with self.lock:
+            if self._epoch in self._skips_warned:
+                warnings.warn(
+                    f"{len(self.skipped)} sample(s) skipped so far (on_error='skip'), "
+                    f"last: {self.skipped[-1][0]}; see `iterator.skipped`.",
+                    stacklevel=2,
+                )
             self._epoch += 1
             self._last_requested = None
             self._prefetcher.clear()
@@ -271,7 +289,7 @@ class RemoteBatchMixin:
     def _get_batches_of_transformed_samples(self, index_array):
         """Loads the samples `index_array`, drawing transforms from the global `np.random`."""
         plan = self._draw_plan(np.asarray(index_array), seed=None)
-        return self._assemble(plan, self._load(plan))
+        return self._assemble(*self._load(plan))
 
     # ------------------------------------------------------------------ loading
 
@@ -289,7 +307,7 @@ class RemoteBatchMixin:
             iterator = ref()
             if iterator is None:
                 raise RuntimeError("The iterator was garbage-collected.")
-            return plan, iterator._load(plan)
+            return iterator._load(plan)
 
         return build
 
@@ -319,25 +337,54 @@ class RemoteBatchMixin:
             self._look_ahead(ahead)
         return self._assemble(plan, batch_x)
 
-    def _load(self, plan: BatchPlan) -> np.ndarray:
-        """Fetches and decodes the samples of `plan` into one array."""
+    def _load(self, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
+        """Fetches and decodes the samples of `plan` into one array.
+
+        Returns:
+            `(plan, batch_x)`; with `on_error="skip"`, unreadable samples are
+            dropped from both.
+        """
         filepaths = self.filepaths
         paths = [filepaths[j] for j in plan.indices]
         batch_x = np.empty((len(paths),) + self.image_shape, dtype=self.dtype)  # all rows set below
         if not paths:
-            return batch_x
+            return plan, batch_x
         decode_pool = self._pools.get("decode")
         futures = []
         for i, data in enumerate(self._fetch(paths)):
             transform = plan.transforms[i] if plan.transforms is not None else None
             futures.append(decode_pool.submit(self._sample, data, paths[i], transform))
+        kept = []
         try:
             for i, future in enumerate(futures):
-                batch_x[i] = future.result()
+                try:
+                    batch_x[i] = future.result()
+                    kept.append(i)
+                except (OSError, ValueError) as exc:
+                    if self.on_error != "skip" or isinstance(exc, PermissionError):
+                        raise  # credentials are configuration, not a bad sample
+                    self._record_skip(paths[i], exc)
         finally:
             for future in futures:
                 future.cancel()
-        return batch_x
+        if len(kept) == len(paths):
+            return plan, batch_x
+        transforms = [plan.transforms[i] for i in kept] if plan.transforms is not None else None
+        hashes = [plan.save_hashes[i] for i in kept] if plan.save_hashes is not None else None
+        return BatchPlan(plan.indices[kept], transforms, hashes), batch_x[kept]
+
+    def _record_skip(self, path: str, exc: BaseException) -> None:
+        reason = f"{type(exc).__name__}: {exc}"
+        with self.lock:
+            self.skipped.append((path, reason))
+            first_in_epoch = self._epoch not in self._skips_warned
+            self._skips_warned.add(self._epoch)
+        if first_in_epoch:
+            warnings.warn(
+                f"Skipped an unreadable sample (on_error='skip'): {reason}. Skipped samples "
+                "are dropped from their batch and listed in `iterator.skipped`.",
+                stacklevel=2,
+            )
 
     def _fetch(self, paths: Sequence[str]) -> list[Any]:
         """Reads `paths` from the disk cache or the loader; exceptions are returned in place."""
@@ -354,15 +401,28 @@ class RemoteBatchMixin:
         return results
 
     def _fetch_uncached(self, paths: Sequence[str]) -> list[Any]:
+        results, retries = fetch_with_retries(self._fetch_once, paths, self.retries)
+        if retries:
+            with self.lock:
+                self.retries_made += retries
+        return results
+
+    def _fetch_once(self, paths: list[str]) -> list[Any]:
+        """One attempt at every path; failures (and requests past the timeout) returned in place."""
         loader = self.loader
         fetch_pool = self._pools.get("fetch")
         if hasattr(loader, "load_many"):
             return loader.load_many(paths, executor=fetch_pool)
         futures = [fetch_pool.submit(loader, path) for path in paths]
+        deadline = time.monotonic() + self.retries.timeout_s
         results = []
         for path, future in zip(paths, futures):
             try:
-                results.append(future.result())
+                results.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
+            except FutureTimeout:
+                future.cancel()
+                stalled = TimeoutError(f"no answer within {self.retries.timeout_s} s")
+                results.append(errors.translate(path, stalled))
             except Exception as exc:  # noqa: BLE001 - raised by `_sample`, in order
                 results.append(errors.translate(path, exc))
         return results
@@ -460,6 +520,13 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
             share between processes; assumes objects do not change.
         cache_max_bytes: Size limit of `cache_dir`; least recently used
             files are evicted. Defaults to 10 GiB.
+        retries: How transient failures (resets, timeouts, 5xx, 429) are
+            retried: a `RetryPolicy`, or a number of attempts per file.
+            Defaults to `RetryPolicy()`: 5 attempts, 64 retries per batch,
+            capped exponential backoff with jitter, 60 s per request.
+        on_error: `"raise"` (default) raises for an unreadable sample;
+            `"skip"` drops it from its batch, warns once per epoch and
+            records it in `iterator.skipped`.
     """
 
     def __init__(
@@ -498,6 +565,8 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
         jpeg_draft: bool = False,
         cache_dir: str | os.PathLike | None = None,
         cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
+        retries: RetryPolicy | int | None = None,
+        on_error: str = "raise",
     ):
         self._init_remote(
             loader=loader,
@@ -511,6 +580,8 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
             jpeg_draft=jpeg_draft,
             cache_dir=cache_dir,
             cache_max_bytes=cache_max_bytes,
+            retries=retries,
+            on_error=on_error,
         )
         _check_path_column(dataframe, x_col)
         super().__init__(
@@ -608,6 +679,8 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
         jpeg_draft: bool = False,
         cache_dir: str | os.PathLike | None = None,
         cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
+        retries: RetryPolicy | int | None = None,
+        on_error: str = "raise",
     ):
         self._init_remote(
             loader=loader,
@@ -621,6 +694,8 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
             jpeg_draft=jpeg_draft,
             cache_dir=cache_dir,
             cache_max_bytes=cache_max_bytes,
+            retries=retries,
+            on_error=on_error,
         )
         arguments = dict(
             target_size=target_size,
