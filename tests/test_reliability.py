@@ -242,3 +242,92 @@ def test_bad_policies_are_rejected():
         rk.ImageDataGenerator(on_error="ignore").flow_from_dataframe(
             pd.DataFrame({"filename": [], "class": []})
         )
+
+
+def _fds() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_many_create_iterate_close_cycles_leak_nothing(image_dir):
+    import gc
+
+    import psutil
+
+    directory, df = image_dir
+    gen = rk.ImageDataGenerator()
+
+    def cycle():
+        with gen.flow_from_dataframe(df, directory, target_size=(8, 8), batch_size=8) as it:
+            it[0]
+            it[1]
+
+    for _ in range(20):  # warm-up: imports, caches, allocator pools
+        cycle()
+    gc.collect()
+    threads, fds = threading.active_count(), _fds()
+    rss = psutil.Process().memory_info().rss
+    for _ in range(200):
+        cycle()
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while threading.active_count() > threads and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() <= threads
+    assert _fds() <= fds + 2
+    assert psutil.Process().memory_info().rss - rss < 40 * 2**20
+
+
+def test_keyboard_interrupt_stops_background_work_promptly(image_dir):
+    import os
+    import signal
+
+    directory, df = image_dir
+    calls = []
+
+    def slow(path):
+        calls.append(time.monotonic())
+        time.sleep(0.2)
+        with open(path, "rb") as f:
+            return f.read()
+
+    gen = rk.ImageDataGenerator(loader=slow)
+    it = gen.flow_from_dataframe(df, directory, batch_size=21, max_in_flight=2)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))  # a real Ctrl-C
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        with it:
+            it[0]  # 21 files, 2 at a time: ~2 s unless interrupted
+    stopped = time.monotonic()
+    time.sleep(0.6)
+    assert len(calls) < 21
+    assert not [c for c in calls if c > stopped + 0.05]  # nothing new started after close()
+
+
+def test_secrets_never_reach_reprs_errors_warnings_or_logs(s3_images, s3_options, caplog):
+    import logging
+
+    url, df = s3_images
+    secret = "Sup3r-Secret-Value-For-Tests"
+    options = dict(s3_options, secret=secret)
+    caplog.set_level(logging.DEBUG, logger="remote_keras")
+    caplog.set_level(logging.WARNING)
+    texts = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gen = rk.ImageDataGenerator(storage_options=options, on_error="skip")
+        texts.append(repr(gen))
+        for loader in ("fsspec", "obstore"):
+            it = gen.flow_from_dataframe(
+                df, url, validate_filenames=False, loader=loader, retries=1, batch_size=4
+            )
+            texts += [repr(it), repr(it.loader), repr(it.filesystems)]
+            with it, pytest.raises(PermissionError) as info:
+                it[0]
+            texts += [str(info.value), repr(info.value)]
+        with pytest.raises(PermissionError) as info:
+            gen.flow_from_directory(url)
+        texts.append(str(info.value))
+    texts += [str(w.message) for w in caught] + [caplog.text]
+    assert texts and not [t for t in texts if secret in t]
