@@ -331,3 +331,19 @@ def test_secrets_never_reach_reprs_errors_warnings_or_logs(s3_images, s3_options
         texts.append(str(info.value))
     texts += [str(w.message) for w in caught] + [caplog.text]
     assert texts and not [t for t in texts if secret in t]
+
+
+def test_zero_byte_files_and_decompression_bombs_are_decode_errors(monkeypatch):
+    from PIL import Image
+
+    fs = fsspec.filesystem("memory")
+    buffer = io.BytesIO()
+    make_image(np.random.default_rng(0), 40, 40).save(buffer, "PNG")
+    fs.pipe({"/bombs/a/empty.png": b"", "/bombs/a/big.png": buffer.getvalue()})
+    gen = rk.ImageDataGenerator()
+    for name, reason in (("empty.png", "cannot identify"), ("big.png", "DecompressionBomb")):
+        df = pd.DataFrame({"filename": [f"memory://bombs/a/{name}"], "class": ["a"]})
+        monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # 40x40 > 2 x 100 pixels
+        with gen.flow_from_dataframe(df) as it:
+            with pytest.raises(rk.ImageDecodeError, match=f"memory://bombs/a/{name}.*{reason}"):
+                it[0]
