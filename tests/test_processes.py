@@ -110,3 +110,28 @@ def test_bad_path_rows_are_named_in_a_value_error(image_dir, bad):
         rk.ImageDataGenerator().flow_from_dataframe(df, directory)
     assert info.value.rows == [5]
     assert isinstance(info.value, TypeError)  # what Keras raises for non-string paths
+
+
+@pytest.mark.slow
+def test_fit_with_multiprocessing_on_lakefs_under_spawn(image_dir):
+    import lakefs
+    from lakefs.client import Client
+    from lakefs_spec import LakeFSFileSystem
+
+    from remote_keras.testing.lakefs_server import lakefs_target
+
+    local, df = image_dir
+    with lakefs_target() as target:
+        client = Client(**target.storage_options)
+        name = f"mp-{os.getpid()}"
+        prefix = (
+            "local://" if target.is_stand_in else client.storage_config.default_namespace_prefix
+        )
+        namespace = prefix + name if prefix.endswith("/") else f"{prefix}/{name}"
+        lakefs.Repository(name, client=client).create(storage_namespace=namespace)
+        fs = LakeFSFileSystem(**target.storage_options)
+        for filename in df["filename"]:
+            fs.put_file(os.path.join(local, filename), f"lakefs://{name}/main/train/{filename}")
+        lakefs.Branch(name, "main", client=client).commit("images")
+        losses = run_fit("spawn", f"lakefs://{name}/main/train", df, target.storage_options)
+    assert len(losses) == 2 and all(np.isfinite(losses))
