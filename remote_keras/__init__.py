@@ -18,6 +18,7 @@ from remote_keras.generator import ImageDataGenerator
 from remote_keras.iterators import DataFrameIterator, DirectoryIterator
 from remote_keras.loaders import FsspecLoader, ObstoreLoader, decode_image
 from remote_keras.retry import RetryPolicy
+from remote_keras.stats import LoaderStats
 
 try:
     __version__ = version("remote-keras")
@@ -32,6 +33,7 @@ __all__ = [
     "ImageDecodeError",
     "ImageLoadError",
     "Iterator",
+    "LoaderStats",
     "MissingBackendError",
     "NumpyArrayIterator",
     "ObstoreLoader",

@@ -38,6 +38,7 @@ from remote_keras.lakefs import LakeFSPin, Pinner
 from remote_keras.loaders import Loader, decode_image, make_loader
 from remote_keras.prefetch import Prefetcher, WorkerPools
 from remote_keras.retry import RetryPolicy, as_policy, fetch_with_retries
+from remote_keras.stats import LoaderStats, StatsRecorder
 
 # Global `np.random` is shared by every thread; Keras's augmentation draws from it.
 _NUMPY_RANDOM_LOCK = threading.Lock()
@@ -108,6 +109,7 @@ class RemoteBatchMixin:
         self.on_error = on_error
         self.skipped: list[tuple[str, str]] = []  # (path, reason) of samples dropped
         self.retries_made = 0
+        self._stats = StatsRecorder()
         self._skips_warned: set[int] = set()
         self._decode_workers = decode_workers
         self._per_process_state()
@@ -160,6 +162,11 @@ class RemoteBatchMixin:
         if path is None:
             path = self._pinner.pin(storage.join(self.directory, filename))
         return path
+
+    @property
+    def stats(self) -> LoaderStats:
+        """Running statistics: images, bytes, requests, retries, cache hits, time waiting."""
+        return self._stats.snapshot()
 
     @property
     def lakefs_pins(self) -> list[LakeFSPin]:
@@ -324,6 +331,8 @@ class RemoteBatchMixin:
         """
         if prefetched:
             self._look_ahead(ahead)
+        self._stats.add()  # starts the clock at the first request
+        waiting = time.perf_counter()
         try:
             plan, batch_x = future.result()
         except Exception:
@@ -333,6 +342,7 @@ class RemoteBatchMixin:
             with self.lock:
                 build = self._task(epoch, index)
             plan, batch_x = build()
+        self._stats.add(wait_s=time.perf_counter() - waiting, batches=1)
         if not prefetched:
             self._look_ahead(ahead)
         return self._assemble(plan, batch_x)
@@ -375,6 +385,7 @@ class RemoteBatchMixin:
 
     def _record_skip(self, path: str, exc: BaseException) -> None:
         reason = f"{type(exc).__name__}: {exc}"
+        self._stats.add(skipped=1)
         with self.lock:
             self.skipped.append((path, reason))
             first_in_epoch = self._epoch not in self._skips_warned
@@ -388,9 +399,17 @@ class RemoteBatchMixin:
 
     def _fetch(self, paths: Sequence[str]) -> list[Any]:
         """Reads `paths` from the disk cache or the loader; exceptions are returned in place."""
+        start = time.perf_counter()
+        results = self._fetch_cached(paths)
+        read = sum(len(r) for r in results if isinstance(r, (bytes, bytearray, memoryview)))
+        self._stats.add(fetch_s=time.perf_counter() - start, bytes=read)
+        return results
+
+    def _fetch_cached(self, paths: Sequence[str]) -> list[Any]:
         if self.cache is None:
             return self._fetch_uncached(paths)
         results = [self.cache.get(path) for path in paths]
+        self._stats.add(cache_hits=sum(r is not None for r in results))
         missing = [i for i, data in enumerate(results) if data is None]
         if missing:
             fetched = self._fetch_uncached([paths[i] for i in missing])
@@ -405,10 +424,12 @@ class RemoteBatchMixin:
         if retries:
             with self.lock:
                 self.retries_made += retries
+        self._stats.add(retries=retries)
         return results
 
     def _fetch_once(self, paths: list[str]) -> list[Any]:
         """One attempt at every path; failures (and requests past the timeout) returned in place."""
+        self._stats.add(requests=len(paths))
         loader = self.loader
         fetch_pool = self._pools.get("fetch")
         if hasattr(loader, "load_many"):
@@ -431,6 +452,16 @@ class RemoteBatchMixin:
         """Decodes one image and applies the generator's transform and standardization."""
         if isinstance(data, BaseException):
             raise data
+        start = time.perf_counter()
+        try:
+            x = self._decode(data, path, transform)
+        except BaseException:
+            self._stats.add(decode_s=time.perf_counter() - start)
+            raise
+        self._stats.add(decode_s=time.perf_counter() - start, images=1)
+        return x
+
+    def _decode(self, data: Any, path: str, transform: dict | None) -> np.ndarray:
         img = decode_image(
             data,
             path,

@@ -1,0 +1,28 @@
+"""Running statistics of an iterator."""
+
+from __future__ import annotations
+
+import remote_keras as rk
+
+
+def test_stats_count_images_bytes_requests_and_cache_hits(
+    image_dir, s3_images, s3_options, tmp_path
+):
+    import os
+
+    local, _ = image_dir
+    url, df = s3_images
+    size = sum(os.path.getsize(os.path.join(local, name)) for name in df["filename"])
+    gen = rk.ImageDataGenerator(storage_options=s3_options, cache_dir=str(tmp_path))
+    with gen.flow_from_dataframe(df, url, target_size=(6, 6), batch_size=7) as it:
+        assert it.stats == rk.LoaderStats()
+        for _ in range(2):  # epoch 2 comes from the disk cache
+            for i in range(len(it)):
+                it[i]
+            it.on_epoch_end()
+        stats = it.stats
+    assert stats.batches == 2 * len(it) and stats.images == 2 * len(df)
+    assert stats.requests == len(df) and stats.cache_hits == len(df)
+    assert stats.bytes == 2 * size
+    assert stats.decode_s > 0 and stats.fetch_s > 0 and stats.wait_s > 0
+    assert stats.images_per_s > 0 and stats.retries == 0 and stats.skipped == 0
