@@ -56,6 +56,8 @@ def split(url: str) -> tuple[str, str, str]:
     """Splits `lakefs://repo/ref/path` into its parts, naming the bad part if invalid."""
     from lakefs_spec.util import parse
 
+    if url.removeprefix("lakefs://").count("/") == 1:
+        url += "/"  # `lakefs://repo/ref`: the root of the ref
     try:
         return parse(url)
     except ValueError as exc:

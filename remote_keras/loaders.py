@@ -203,6 +203,7 @@ def _obstore_config(protocol: str, options: dict[str, Any]) -> tuple[dict, dict]
         if client_kwargs.get("region_name"):
             config["region"] = client_kwargs["region_name"]
     config.update(options)
+    client_options.setdefault("timeout", "60s")  # obstore has no read timeout by default
     return config, client_options
 
 

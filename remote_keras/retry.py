@@ -40,9 +40,21 @@ _TRANSIENT_NAMES = frozenset(
     }
 )
 _TRANSIENT_CODES = frozenset(
-    {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "Throttling"}
+    {
+        "SlowDown",
+        "InternalError",
+        "ServiceUnavailable",
+        "RequestTimeout",
+        "Throttling",
+        "TooManyRequests",
+    }
 )
-_STATUS_IN_TEXT = re.compile(r"\b(408|429|500|502|503|504)\b|SlowDown|Service Unavailable")
+# obstore reports every failure as a GenericError; only its text tells them apart.
+_TRANSIENT_TEXT = re.compile(
+    r"\b(408|429|500|502|503|504)\b|SlowDown|Service Unavailable|error sending request"
+    r"|body error|timed out|connection (reset|closed)",
+    re.IGNORECASE,
+)
 _PERMANENT = (FileNotFoundError, PermissionError, errors.ImageDecodeError, errors.InvalidRowsError)
 
 
@@ -107,10 +119,13 @@ def is_transient(exc: BaseException) -> bool:
         name = type(current).__name__
         if name in _TRANSIENT_NAMES:
             return True
-        code = getattr(current, "response", None)
-        if isinstance(code, dict) and code.get("Error", {}).get("Code") in _TRANSIENT_CODES:
-            return True
-        if "Generic" in name and _STATUS_IN_TEXT.search(str(current)):  # obstore
+        response = getattr(current, "response", None)  # botocore's ClientError
+        if isinstance(response, dict):
+            if response.get("Error", {}).get("Code") in _TRANSIENT_CODES:
+                return True
+            if response.get("ResponseMetadata", {}).get("HTTPStatusCode") in TRANSIENT_STATUS:
+                return True
+        if "Generic" in name and _TRANSIENT_TEXT.search(str(current)):  # obstore
             return True
         current = current.__cause__ or current.__context__
     return False

@@ -29,6 +29,11 @@ PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
         "config_kwargs": {
             "max_pool_connections": 256,
             "response_checksum_validation": "when_required",
+            # s3fs and botocore each retry up to 5 times, multiplied (25 GETs and 40 s for
+            # one 503; 250 for a stall). remote_keras's own retries replace them.
+            "retries": {"total_max_attempts": 2},
+            "connect_timeout": 10,
+            "read_timeout": 60,
         },
     },
 }
