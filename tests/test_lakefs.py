@@ -227,3 +227,4 @@ def test_lakectl_environment_variables_configure_access(target, repo, monkeypatc
     with rk.ImageDataGenerator().flow_from_directory(f"lakefs://{repo}/main/train") as it:
         assert it.samples == 21
         it[0]
+        assert options["password"] not in repr(it) + repr(it.loader) + str(it.lakefs_pins)

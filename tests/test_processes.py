@@ -113,7 +113,8 @@ def test_bad_path_rows_are_named_in_a_value_error(image_dir, bad):
 
 
 @pytest.mark.slow
-def test_fit_with_multiprocessing_on_lakefs_under_spawn(image_dir):
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_fit_with_multiprocessing_on_lakefs(start_method, image_dir):
     import lakefs
     from lakefs.client import Client
     from lakefs_spec import LakeFSFileSystem
@@ -123,7 +124,7 @@ def test_fit_with_multiprocessing_on_lakefs_under_spawn(image_dir):
     local, df = image_dir
     with lakefs_target() as target:
         client = Client(**target.storage_options)
-        name = f"mp-{os.getpid()}"
+        name = f"mp-{start_method}-{os.getpid()}"
         prefix = (
             "local://" if target.is_stand_in else client.storage_config.default_namespace_prefix
         )
@@ -133,5 +134,5 @@ def test_fit_with_multiprocessing_on_lakefs_under_spawn(image_dir):
         for filename in df["filename"]:
             fs.put_file(os.path.join(local, filename), f"lakefs://{name}/main/train/{filename}")
         lakefs.Branch(name, "main", client=client).commit("images")
-        losses = run_fit("spawn", f"lakefs://{name}/main/train", df, target.storage_options)
+        losses = run_fit(start_method, f"lakefs://{name}/main/train", df, target.storage_options)
     assert len(losses) == 2 and all(np.isfinite(losses))
