@@ -141,7 +141,6 @@ def test_http_urls(image_dir, http_images):
 
 
 def test_missing_backend_names_the_extra():
-    pytest.importorskip("s3fs")  # installed; gcsfs deliberately is not
     if _installed("gcsfs"):
         pytest.skip("gcsfs is installed here, so its absence cannot be shown")
     df = pd.DataFrame({"filename": ["gs://bucket/a.png"], "class": ["a"]})
