@@ -9,7 +9,16 @@ and `flow_from_dataframe` / `flow_from_directory` accept `s3://`, `gs://`,
 pluggable loader on thread pools.
 """
 
+import os
 from importlib.metadata import PackageNotFoundError, version
+
+if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes"):
+    raise ImportError(
+        "remote_keras supports Keras 3 (keras>=3, `import keras`), not the Keras 2 line that "
+        "TF_USE_LEGACY_KERAS=1 selects for tf.keras (tf_keras): tf_keras's fit treats a Keras 3 "
+        "iterator as an endless generator, so an epoch would never end. Unset "
+        "TF_USE_LEGACY_KERAS and train with `keras.Model.fit`."
+    )
 
 from keras.src.legacy.preprocessing.image import Iterator, NumpyArrayIterator
 

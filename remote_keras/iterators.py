@@ -173,6 +173,37 @@ class RemoteBatchMixin:
         """The lakeFS commits this iterator reads, one per `(repository, ref)` requested."""
         return list(self._pinner.pins.values())
 
+    def to_tf_dataset(self):
+        """Returns one pass over the batches, in index order, as a `tf.data.Dataset`.
+
+        For mixing with other `tf.data` pipelines or `tf.distribute` input
+        functions. The element spec (`(x, y)`, `(x, y, sample_weight)` or
+        `x`, with an unknown batch dimension) is read from batch 0.
+
+        Returns:
+            A `tf.data.Dataset`; iterate it again for another pass.
+        """
+        import tensorflow as tf
+
+        def as_tuple(batch):
+            if isinstance(batch, tuple):
+                return tuple(tuple(b) if isinstance(b, list) else b for b in batch)
+            return batch
+
+        def spec(value):
+            if isinstance(value, tuple):
+                return tuple(spec(v) for v in value)
+            value = np.asarray(value)
+            return tf.TensorSpec((None,) + value.shape[1:], tf.as_dtype(value.dtype))
+
+        signature = spec(as_tuple(self[0]))
+
+        def batches():
+            for i in range(len(self)):
+                yield as_tuple(self[i])
+
+        return tf.data.Dataset.from_generator(batches, output_signature=signature)
+
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:

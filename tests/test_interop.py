@@ -1,0 +1,44 @@
+"""tf.data interop, and the clear error for the Keras 2 line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import remote_keras as rk
+from tests.test_parity import assert_same_batch
+
+
+def test_to_tf_dataset_yields_the_iterators_batches(image_dir):
+    directory, df = image_dir
+    gen = rk.ImageDataGenerator(rescale=1 / 255)
+    for kwargs in ({}, {"weight_col": "weight"}, {"class_mode": None}):
+        with gen.flow_from_dataframe(
+            df, directory, target_size=(8, 8), batch_size=5, shuffle=False, **kwargs
+        ) as it:
+            expected = [it[i] for i in range(len(it))]
+            dataset = it.to_tf_dataset()
+            got = [
+                tuple(np.asarray(t) for t in b) if isinstance(b, tuple) else np.asarray(b)
+                for b in dataset
+            ]
+            x_spec = dataset.element_spec
+            x_spec = x_spec[0] if isinstance(x_spec, tuple) else x_spec
+            assert x_spec.shape.as_list() == [None, 8, 8, 3]
+        assert len(got) == len(expected)
+        for a, b in zip(expected, got):
+            assert_same_batch(a, b)
+
+
+def test_the_keras_2_line_gets_a_clear_error_at_import():
+    result = subprocess.run(
+        [sys.executable, "-c", "import remote_keras"],
+        env=dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "remote_keras supports Keras 3" in result.stderr
+    assert "TF_USE_LEGACY_KERAS" in result.stderr
