@@ -108,7 +108,6 @@ class RemoteBatchMixin:
         self.retries = as_policy(retries)
         self.on_error = on_error
         self.skipped: list[tuple[str, str]] = []  # (path, reason) of samples dropped
-        self.retries_made = 0
         self._stats = StatsRecorder()
         self._skips_warned: set[int] = set()
         self._decode_workers = decode_workers
@@ -167,6 +166,11 @@ class RemoteBatchMixin:
     def stats(self) -> LoaderStats:
         """Running statistics: images, bytes, requests, retries, cache hits, time waiting."""
         return self._stats.snapshot()
+
+    @property
+    def retries_made(self) -> int:
+        """Retries of transient failures so far, in this process."""
+        return self._stats.snapshot().retries
 
     @property
     def lakefs_pins(self) -> list[LakeFSPin]:
@@ -452,9 +456,6 @@ class RemoteBatchMixin:
 
     def _fetch_uncached(self, paths: Sequence[str]) -> list[Any]:
         results, retries = fetch_with_retries(self._fetch_once, paths, self.retries)
-        if retries:
-            with self.lock:
-                self.retries_made += retries
         self._stats.add(retries=retries)
         return results
 
@@ -807,7 +808,7 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
         self.class_mode = kw["class_mode"]
         self.dtype = kw["dtype"] or backend.floatx()
 
-        _, _, entries = storage.walk_files(self._pinner.pin(directory), self.filesystems)
+        entries = storage.walk_files(self._pinner.pin(directory), self.filesystems)
         by_class: dict[str, list[str]] = {}
         for entry in entries:
             top, _, rest = entry.partition("/")

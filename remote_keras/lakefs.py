@@ -23,8 +23,6 @@ import keras
 
 from remote_keras import errors, storage
 
-PROTOCOL = "lakefs"
-
 
 @dataclasses.dataclass(frozen=True)
 class LakeFSPin:

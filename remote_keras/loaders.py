@@ -216,10 +216,10 @@ def make_loader(loader: Loader | str | None, storage_options: dict[str, Any] | N
     Raises:
         TypeError: `loader` is neither callable nor a known name.
     """
-    if loader is None or loader == "fsspec":
+    if loader is None:
         return FsspecLoader(storage_options)
-    if loader == "obstore":
-        return ObstoreLoader(storage_options)
+    if isinstance(loader, str) and loader in LOADERS:
+        return LOADERS[loader](storage_options)
     if callable(loader):
         return loader
     raise TypeError(

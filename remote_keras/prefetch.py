@@ -85,10 +85,6 @@ class WorkerPools:
             for pool in pools.values():
                 pool.shutdown(wait=False, cancel_futures=True)
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
 
 class Prefetcher:
     """Futures of batches, keyed by `(epoch, batch index)`, bounded in number.
@@ -124,9 +120,6 @@ class Prefetcher:
         if key in self._pending or len(self._pending) >= self.depth:
             return
         self._pending[key] = self.pools.get("batch").submit(make_task())
-
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._pending
 
     def clear(self) -> None:
         """Drops every batch not yet asked for, cancelling those not started."""

@@ -234,7 +234,7 @@ def _list_files(fs: AbstractFileSystem, parents: Sequence[str]) -> set[str]:
     return listed
 
 
-def walk_files(url: str, filesystems: FileSystems) -> tuple[AbstractFileSystem, str, list[str]]:
+def walk_files(url: str, filesystems: FileSystems) -> list[str]:
     """Lists every file and folder below `url` with one recursive listing.
 
     Args:
@@ -242,8 +242,7 @@ def walk_files(url: str, filesystems: FileSystems) -> tuple[AbstractFileSystem, 
         filesystems: Resolver carrying the storage options.
 
     Returns:
-        `(fs, root, entries)`, `entries` being paths relative to `root`, with
-        a trailing `/` on folders.
+        Paths relative to `url`, with a trailing `/` on folders.
 
     Raises:
         FileNotFoundError: nothing exists under `url`.
@@ -265,7 +264,7 @@ def walk_files(url: str, filesystems: FileSystems) -> tuple[AbstractFileSystem, 
         if not relative:
             continue
         entries.append(relative + "/" if info.get("type") == "directory" else relative)
-    return fs, root, entries
+    return entries
 
 
 def write_bytes(url: str, data: bytes, filesystems: FileSystems) -> None:
