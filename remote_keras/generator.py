@@ -137,12 +137,17 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         cache_max_bytes: int | None = None,
         retries: RetryPolicy | int | None = None,
         on_error: str | None = None,
+        num_shards: int | None = None,
+        shard_index: int | None = None,
+        shard_remainder: str = "pad",
     ) -> DirectoryIterator:
         """Iterates over a folder with one sub-folder per class, local or remote.
 
         Args are those of Keras's `flow_from_directory`; `directory` may be a
         URL such as `"s3://bucket/train"` or `"lakefs://repo/main/train"`.
-        The keyword-only arguments override the generator's defaults.
+        The keyword-only arguments override the generator's defaults;
+        `num_shards`, `shard_index` and `shard_remainder` split the data
+        between training workers (see `remote_keras.DataFrameIterator`).
 
         Returns:
             A `remote_keras.DirectoryIterator` yielding `(x, y)` batches.
@@ -168,6 +173,9 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
             dtype=self.dtype,
             use_multiprocessing=use_multiprocessing,
             max_queue_size=max_queue_size,
+            num_shards=num_shards,
+            shard_index=shard_index,
+            shard_remainder=shard_remainder,
             **self._iterator_options(
                 loader=loader,
                 storage_options=storage_options,
@@ -217,6 +225,9 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         cache_max_bytes: int | None = None,
         retries: RetryPolicy | int | None = None,
         on_error: str | None = None,
+        num_shards: int | None = None,
+        shard_index: int | None = None,
+        shard_remainder: str = "pad",
         **kwargs: Any,
     ) -> DataFrameIterator:
         """Iterates over images named in a dataframe, local or remote.
@@ -225,7 +236,9 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         URL prefix and `x_col` may hold full URLs (`s3://`, `gs://`, `az://`,
         `http(s)://`, `lakefs://`, `memory://`, chained `simplecache::s3://`).
         As in Keras, other keyword arguments are ignored (with a warning
-        here), `keep_aspect_ratio` included.
+        here), `keep_aspect_ratio` included. `num_shards`, `shard_index` and
+        `shard_remainder` split the data between training workers (see
+        `remote_keras.DataFrameIterator`).
 
         Returns:
             A `remote_keras.DataFrameIterator`.
@@ -271,6 +284,9 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
             dtype=self.dtype,
             use_multiprocessing=use_multiprocessing,
             max_queue_size=max_queue_size,
+            num_shards=num_shards,
+            shard_index=shard_index,
+            shard_remainder=shard_remainder,
             **self._iterator_options(
                 loader=loader,
                 storage_options=storage_options,

@@ -32,7 +32,7 @@ from keras.src import backend
 from keras.src.legacy.preprocessing import image as keras_image
 from keras.src.utils import image_utils, io_utils
 
-from remote_keras import errors, storage
+from remote_keras import errors, sharding, storage
 from remote_keras.cache import DiskCache
 from remote_keras.lakefs import LakeFSPin, Pinner
 from remote_keras.loaders import Loader, decode_image, make_loader
@@ -81,7 +81,11 @@ class RemoteBatchMixin:
         cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
         retries: RetryPolicy | int | None = None,
         on_error: str = "raise",
+        num_shards: int | None = None,
+        shard_index: int | None = None,
+        shard_remainder: str = "pad",
     ) -> None:
+        self.shard = sharding.resolve(num_shards, shard_index, shard_remainder)
         if on_error not in ("raise", "skip"):
             raise ValueError(f'`on_error` must be "raise" or "skip". Received: {on_error!r}')
         for name, value, least in (
@@ -116,6 +120,7 @@ class RemoteBatchMixin:
         self._stream_position = 0
         self._orders: dict[int, np.ndarray] = {}
         self._last_requested: int | None = None
+        self._home_pid = os.getpid()  # pickled: a copy knows it runs in another process
 
     # ------------------------------------------------------------------ processes
 
@@ -128,13 +133,18 @@ class RemoteBatchMixin:
         )
         self._prefetcher = Prefetcher(self._pools, self.prefetch_batches)
         self._finalizer = weakref.finalize(self, self._pools.close)
+        # Batches asked for, by epoch: never built ahead again (`fit(shuffle=True)` asks
+        # out of order, and a look-ahead would otherwise re-read batches already consumed).
+        self._asked: dict[int, set[int]] = {}
 
     def _ensure_process(self) -> None:
         """After `fork`, the parent's threads, futures and lock holders do not exist here."""
         if self._pid != os.getpid():
             self._per_process_state()
 
-    _PROCESS_LOCAL = ("lock", "_pools", "_prefetcher", "_finalizer", "index_generator", "_pid")
+    _PROCESS_LOCAL = (
+        "lock", "_pools", "_prefetcher", "_finalizer", "index_generator", "_pid", "_asked"
+    )  # fmt: skip
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickles the configuration and data, not threads (for `use_multiprocessing=True`)."""
@@ -147,7 +157,15 @@ class RemoteBatchMixin:
         self._per_process_state()
 
     def _finish_init(self) -> None:
-        """Runs after Keras's `__init__`: URL-aware paths and `PyDataset` knobs."""
+        """Runs after Keras's `__init__`: URL-aware paths, shards and `PyDataset` knobs."""
+        if self.shard.count > 1 and self.shuffle and self.seed is None:
+            self.seed = 0  # every worker must draw the same permutation
+            warnings.warn(
+                f"Reading shard {self.shard.index} of {self.shard.count} "
+                f"(from {self.shard.source}) with shuffle=True and no seed: using seed=0 so "
+                "that all workers shuffle alike. Pass `seed=` to choose another.",
+                stacklevel=3,
+            )
         self._filepaths = [self._path_of(name) for name in self.filenames]
         self._known_paths = {}
         # Keras's iterators do not forward these to `PyDataset.__init__`.
@@ -161,6 +179,11 @@ class RemoteBatchMixin:
         if path is None:
             path = self._pinner.pin(storage.join(self.directory, filename))
         return path
+
+    def __len__(self) -> int:
+        shard = getattr(self, "shard", None)
+        samples = self.n if shard is None else shard.size(self.n)
+        return -(-samples // self.batch_size)
 
     @property
     def stats(self) -> LoaderStats:
@@ -178,14 +201,18 @@ class RemoteBatchMixin:
         return list(self._pinner.pins.values())
 
     def to_tf_dataset(self):
-        """Returns one pass over the batches, in index order, as a `tf.data.Dataset`.
+        """Returns the batches of one epoch per pass, as a `tf.data.Dataset`.
 
         For mixing with other `tf.data` pipelines or `tf.distribute` input
         functions. The element spec (`(x, y)`, `(x, y, sample_weight)` or
-        `x`, with an unknown batch dimension) is read from batch 0.
+        `x`, with an unknown batch dimension) is read from batch 0. A
+        sharded iterator's dataset has tf.data auto-sharding turned off,
+        so under `MultiWorkerMirroredStrategy` every worker trains on its
+        own shard, `batch_size` being the global batch.
 
         Returns:
-            A `tf.data.Dataset`; iterate it again for another pass.
+            A `tf.data.Dataset`; each complete pass ends the iterator's
+            epoch, so the next pass is the next epoch's order.
         """
         import tensorflow as tf
 
@@ -200,13 +227,38 @@ class RemoteBatchMixin:
             value = np.asarray(value)
             return tf.TensorSpec((None,) + value.shape[1:], tf.as_dtype(value.dtype))
 
-        signature = spec(as_tuple(self[0]))
+        first = [as_tuple(self[0])]  # read once: for the spec, then as batch 0
+        signature = spec(first[0])
 
         def batches():
             for i in range(len(self)):
-                yield as_tuple(self[i])
+                yield first.pop() if i == 0 and first else as_tuple(self[i])
+            self.on_epoch_end()  # the next pass is the next epoch
 
-        return tf.data.Dataset.from_generator(batches, output_signature=signature)
+        dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
+        if self.shard.count == 1:
+            return dataset.apply(tf.data.experimental.assert_cardinality(len(self)))
+        # The files are split already: tf.distribute must not split the batches again. Its
+        # steps per epoch then depend on the replicas, so the cardinality stays unknown.
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return dataset.with_options(options)
+
+    def on_epoch_begin(self) -> None:
+        """Called by Keras's `fit`; refuses to feed tf.distribute's splitting a shard."""
+        if (
+            self.shard.count > 1
+            and backend.backend() == "tensorflow"
+            and sharding.in_tf_multi_worker()
+        ):
+            raise ValueError(
+                f"This iterator reads shard {self.shard.index} of {self.shard.count} "
+                f"(from {self.shard.source}), but under multi-worker tf.distribute Keras "
+                "would split every batch between the workers again and train on only "
+                f"1/{self.shard.count} of it. Pass `iterator.to_tf_dataset()` instead (it "
+                "keeps each worker's shard whole), or `num_shards=1` to read the whole "
+                "dataset on every worker."
+            )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -225,7 +277,7 @@ class RemoteBatchMixin:
     # ------------------------------------------------------------------ order and plans
 
     def _epoch_order(self, epoch: int) -> np.ndarray:
-        """Sample order of `epoch` (caller holds `self.lock`)."""
+        """This shard's sample order in `epoch` (caller holds `self.lock`)."""
         order = self._orders.get(epoch)
         if order is None:
             if not self.shuffle:
@@ -237,6 +289,7 @@ class RemoteBatchMixin:
             else:
                 with _NUMPY_RANDOM_LOCK:
                     order = np.random.permutation(self.n)
+            order = self.shard.select(order)
             self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
             self._orders[epoch] = order
         return order
@@ -247,7 +300,9 @@ class RemoteBatchMixin:
         if epoch == self._epoch:
             self.index_array = order
         indices = order[self.batch_size * index : self.batch_size * (index + 1)]
-        seed = None if self.seed is None else self.seed + epoch * len(self) + index
+        seed = None
+        if self.seed is not None:  # distinct per shard; `seed + epoch * len + index` unsharded
+            seed = self.seed + (epoch * len(self) + index) * self.shard.count + self.shard.index
         # Keras draws the epoch's permutation and then batch 0's transforms from one seed.
         skip_permutation = self.shuffle and index == 0
         return self._draw_plan(indices, seed, skip_permutation)
@@ -290,6 +345,9 @@ class RemoteBatchMixin:
             previous, self._last_requested = self._last_requested, idx
             future, prefetched = self._start(epoch, idx)
         in_order = previous is None or 0 < idx - previous <= max(2, self.workers)
+        # Copies in other processes (Keras's `use_multiprocessing` workers) share the epoch's
+        # batches between them: a batch one built ahead would mostly be read again by another.
+        in_order = in_order and os.getpid() == self._home_pid
         ahead = range(idx + 1, min(idx + 1 + self.prefetch_batches, len(self)))
         keys = [(epoch, i) for i in ahead] if in_order else []
         return self._result(future, prefetched, epoch, idx, keys)
@@ -336,9 +394,14 @@ class RemoteBatchMixin:
     # ------------------------------------------------------------------ loading
 
     def _start(self, epoch: int, index: int):
+        if epoch not in self._asked:
+            self._asked = {e: s for e, s in self._asked.items() if e >= epoch - 1}
+        self._asked.setdefault(epoch, set()).add(index)
         return self._prefetcher.take((epoch, index), lambda: self._task(epoch, index))
 
     def _start_ahead(self, epoch: int, index: int) -> None:
+        if index in self._asked.get(epoch, ()):
+            return
         self._prefetcher.ahead((epoch, index), lambda: self._task(epoch, index))
 
     def _task(self, epoch: int, index: int):
@@ -590,6 +653,14 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
         on_error: `"raise"` (default) raises for an unreadable sample;
             `"skip"` drops it from its batch, warns once per epoch and
             records it in `iterator.skipped`.
+        num_shards: Number of workers sharing the data; each reads only its
+            own shard (see `remote_keras.sharding`). Detected from
+            `tf.distribute`, `TF_CONFIG` or `keras.distribution` when
+            neither this nor `shard_index` is given; `1` turns it off.
+        shard_index: This worker's shard, `0 <= shard_index < num_shards`.
+        shard_remainder: `"pad"` (default) repeats a few samples so that
+            every shard has `ceil(n / num_shards)` samples per epoch;
+            `"drop"` leaves out `n % num_shards` samples per epoch instead.
     """
 
     def __init__(
@@ -630,6 +701,9 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
         cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
         retries: RetryPolicy | int | None = None,
         on_error: str = "raise",
+        num_shards: int | None = None,
+        shard_index: int | None = None,
+        shard_remainder: str = "pad",
     ):
         self._init_remote(
             loader=loader,
@@ -645,6 +719,9 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
             cache_max_bytes=cache_max_bytes,
             retries=retries,
             on_error=on_error,
+            num_shards=num_shards,
+            shard_index=shard_index,
+            shard_remainder=shard_remainder,
         )
         _check_path_column(dataframe, x_col)
         super().__init__(
@@ -744,6 +821,9 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
         cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
         retries: RetryPolicy | int | None = None,
         on_error: str = "raise",
+        num_shards: int | None = None,
+        shard_index: int | None = None,
+        shard_remainder: str = "pad",
     ):
         self._init_remote(
             loader=loader,
@@ -759,6 +839,9 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
             cache_max_bytes=cache_max_bytes,
             retries=retries,
             on_error=on_error,
+            num_shards=num_shards,
+            shard_index=shard_index,
+            shard_remainder=shard_remainder,
         )
         arguments = dict(
             target_size=target_size,

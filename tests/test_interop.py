@@ -42,3 +42,23 @@ def test_the_keras_2_line_gets_a_clear_error_at_import():
     assert result.returncode != 0
     assert "remote_keras supports Keras 3" in result.stderr
     assert "TF_USE_LEGACY_KERAS" in result.stderr
+
+
+def test_each_pass_over_to_tf_dataset_is_the_next_epoch(image_dir):
+    directory, df = image_dir
+    gen = rk.ImageDataGenerator(rotation_range=20)
+    options = dict(target_size=(8, 8), batch_size=5, seed=4)
+    with gen.flow_from_dataframe(df, directory, **options) as reference:
+        expected = []
+        for _ in range(2):
+            expected.append([reference[i] for i in range(len(reference))])
+            reference.on_epoch_end()
+    with gen.flow_from_dataframe(df, directory, **options) as it:
+        dataset = it.to_tf_dataset()
+        assert int(dataset.cardinality()) == len(it)
+        for epoch in range(2):
+            got = [tuple(np.asarray(t) for t in batch) for batch in dataset]
+            assert len(got) == len(expected[epoch])
+            for a, b in zip(expected[epoch], got):
+                assert_same_batch(a, b)
+        assert it.stats.images == 2 * len(df)  # batch 0, read for the spec, is not read twice

@@ -1,0 +1,312 @@
+"""Sharding between training workers: arguments, detection, and two real MWMS workers on S3."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+import remote_keras as rk
+from remote_keras import sharding
+
+
+def _sample_ids(it) -> list[int]:
+    """Indices of the samples an iterator yields over one epoch, read from the plans."""
+    with it.lock:
+        order = it._epoch_order(it._epoch)
+    return [int(j) for j in order]
+
+
+def _ids_read(it) -> list[int]:
+    """The samples actually read: labels hold the row index (class_mode="raw", y_col="value")."""
+    return [int(v) for i in range(len(it)) for v in it[i][1]]
+
+
+@pytest.fixture
+def numbered(image_dir):
+    """The image folder's dataframe with `value` = row index, so batches name their rows."""
+    directory, df = image_dir
+    return directory, df.assign(value=np.arange(len(df), dtype="float32"))
+
+
+@pytest.mark.parametrize("remainder", ["pad", "drop"])
+@pytest.mark.parametrize("count", [2, 3, 4, 5])
+def test_shards_are_disjoint_cover_the_data_and_have_equal_length(numbered, count, remainder):
+    directory, df = numbered
+    n = len(df)  # 21
+    gen = rk.ImageDataGenerator()
+    for epoch in range(2):
+        per_shard = []
+        for index in range(count):
+            with gen.flow_from_dataframe(
+                df, directory, y_col="value", class_mode="raw", target_size=(4, 4),
+                batch_size=4, seed=7, num_shards=count, shard_index=index,
+                shard_remainder=remainder,
+            ) as it:  # fmt: skip
+                assert it.shard == sharding.Shard(index, count, remainder, "argument")
+                for _ in range(epoch):
+                    it.on_epoch_end()
+                per_shard.append(_ids_read(it))
+                assert len(it) == -(-len(per_shard[-1]) // 4)
+        sizes = {len(ids) for ids in per_shard}
+        assert sizes == {-(-n // count) if remainder == "pad" else n // count}
+        everything = sum(per_shard, [])
+        if remainder == "pad":
+            assert set(everything) == set(range(n))
+            assert len(everything) - n == (-n) % count  # only the padding repeats
+        else:
+            assert len(set(everything)) == len(everything) == n - n % count
+        if epoch == 0:
+            first_epoch = per_shard
+    assert per_shard != first_epoch  # a new global permutation each epoch
+
+
+def test_a_single_shard_is_the_unsharded_iterator(numbered):
+    directory, df = numbered
+    gen = rk.ImageDataGenerator(rotation_range=30)
+    options = dict(y_col="value", class_mode="raw", target_size=(8, 8), batch_size=5, seed=3)
+    with (
+        gen.flow_from_dataframe(df, directory, **options) as plain,
+        gen.flow_from_dataframe(df, directory, num_shards=1, shard_index=0, **options) as one,
+    ):
+        for i in range(len(plain)):
+            np.testing.assert_array_equal(plain[i][0], one[i][0])
+
+
+def test_shards_draw_different_augmentations(numbered):
+    directory, df = numbered
+    df = df.assign(filename=df["filename"].iloc[0])  # every row the same image
+    gen = rk.ImageDataGenerator(rotation_range=90, zoom_range=0.5)
+    batches = []
+    for index in range(2):
+        with gen.flow_from_dataframe(
+            df, directory, y_col="value", class_mode="raw", target_size=(8, 8), batch_size=4,
+            seed=1, num_shards=2, shard_index=index, validate_filenames=False,
+        ) as it:  # fmt: skip
+            batches.append(it[0][0])
+    assert not np.array_equal(batches[0], batches[1])
+
+
+def test_shuffling_without_a_seed_uses_one_seed_on_every_worker(numbered):
+    directory, df = numbered
+    gen = rk.ImageDataGenerator()
+    orders = []
+    for index in range(2):
+        with pytest.warns(UserWarning, match="using seed=0"):
+            it = gen.flow_from_dataframe(
+                df, directory, target_size=(4, 4), num_shards=2, shard_index=index
+            )
+        with it:
+            assert it.seed == 0
+            orders.append(_sample_ids(it))
+    assert not set(orders[0]) & set(orders[1][:-1])  # the last one of shard 1 is padding
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_shards": 2}, "Pass both"),
+        ({"shard_index": 1}, "Pass both"),
+        ({"num_shards": 2, "shard_index": 2}, r"in \[0, 2\)"),
+        ({"num_shards": 0, "shard_index": 0}, "integer >= 1"),
+        ({"num_shards": 2, "shard_index": 0, "shard_remainder": "wrap"}, '"pad" or "drop"'),
+    ],
+)
+def test_bad_shard_arguments_are_refused(image_dir, kwargs, message):
+    directory, df = image_dir
+    with pytest.raises(ValueError, match=message):
+        rk.ImageDataGenerator().flow_from_dataframe(df, directory, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("cluster", "task", "expected"),
+    [
+        ({"worker": ["a:1", "b:1", "c:1"]}, {"type": "worker", "index": 2}, (2, 3)),
+        ({"chief": ["a:1"], "worker": ["b:1", "c:1"]}, {"type": "chief", "index": 0}, (0, 3)),
+        ({"chief": ["a:1"], "worker": ["b:1", "c:1"]}, {"type": "worker", "index": 0}, (1, 3)),
+        (
+            {"chief": ["a:1"], "worker": ["b:1"], "evaluator": ["e:1"]},
+            {"type": "evaluator", "index": 0},
+            (0, 1),
+        ),  # fmt: skip
+        ({"worker": ["a:1"]}, {"type": "worker", "index": 0}, (0, 1)),
+    ],
+)
+def test_tf_config_is_detected(monkeypatch, image_dir, cluster, task, expected):
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": task}))
+    directory, df = image_dir
+    with rk.ImageDataGenerator().flow_from_dataframe(df, directory, seed=0) as it:
+        assert (it.shard.index, it.shard.count) == expected
+        assert it.shard.source == ("TF_CONFIG" if expected[1] > 1 else "none")
+    with rk.ImageDataGenerator().flow_from_dataframe(df, directory, num_shards=1) as it:
+        assert it.shard.count == 1  # an explicit argument wins
+
+
+def test_broken_tf_config_is_named(monkeypatch, image_dir):
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    directory, df = image_dir
+    with pytest.raises(ValueError, match="TF_CONFIG"):
+        rk.ImageDataGenerator().flow_from_dataframe(df, directory)
+
+
+def test_fit_refuses_a_shard_that_tf_distribute_would_split_again(monkeypatch, numbered):
+    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    directory, df = numbered
+    model = keras.Sequential(
+        [keras.Input((4, 4, 3)), keras.layers.Flatten(), keras.layers.Dense(1)]
+    )
+    model.compile("sgd", "mse")
+    monkeypatch.setenv(
+        "TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}})
+    )
+    with rk.ImageDataGenerator().flow_from_dataframe(
+        df, directory, y_col="value", class_mode="raw", target_size=(4, 4), seed=0
+    ) as it:
+        assert it.shard == sharding.Shard(1, 2, "pad", "TF_CONFIG")
+        with pytest.raises(ValueError, match=r"to_tf_dataset\(\)"):
+            model.fit(it, epochs=1, verbose=0)
+        history = model.fit(it.to_tf_dataset(), epochs=1, verbose=0)  # not split again here
+    assert np.isfinite(history.history["loss"][0])
+
+
+WORKER_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    spec, index = json.loads(sys.argv[1]), int(sys.argv[2])
+    os.environ["TF_CONFIG"] = json.dumps(
+        {"cluster": {"worker": spec["workers"]}, "task": {"type": "worker", "index": index}}
+    )
+    import keras, numpy as np, pandas as pd, tensorflow as tf
+    import remote_keras as rk
+    from remote_keras.loaders import FsspecLoader
+
+    reads = []
+
+    class RecordingLoader(FsspecLoader):
+        iterator = None
+
+        def load_many(self, paths, executor=None):
+            reads.extend([(self.iterator._epoch, p) for p in paths])
+            return super().load_many(paths, executor=executor)
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    loader = RecordingLoader(spec["options"])
+    df = pd.DataFrame(spec["rows"])
+    gen = rk.ImageDataGenerator(rescale=1 / 255, storage_options=spec["options"])
+    train = gen.flow_from_dataframe(df, spec["directory"], target_size=(8, 8), batch_size=4,
+                                    loader=loader)
+    loader.iterator = train
+    with strategy.scope():
+        val = gen.flow_from_dataframe(df, spec["directory"], target_size=(8, 8), batch_size=4,
+                                      shuffle=False)
+        model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                                  keras.layers.Dense(3, activation="softmax")])
+        optimizer = keras.optimizers.SGD(0.1)
+    # Keras 3's `fit` fails under MultiWorkerMirroredStrategy (keras-team/keras#20585),
+    # so this is TensorFlow's custom training loop for it.
+    per_example = keras.losses.CategoricalCrossentropy(reduction=None)
+
+    def replica_step(x, y, training):
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(per_example(y, model(x, training=training)))
+        if training:
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train_step(batch):
+        return strategy.reduce("SUM", strategy.run(replica_step, args=(*batch, True)), None)
+
+    @tf.function
+    def val_step(batch):
+        return strategy.reduce("SUM", strategy.run(replica_step, args=(*batch, False)), None)
+
+    train_data = strategy.experimental_distribute_dataset(train.to_tf_dataset())
+    val_data = strategy.experimental_distribute_dataset(val.to_tf_dataset())
+    steps, losses, val_losses = [], [], []
+    for epoch in range(2):
+        epoch_losses = [float(train_step(batch)) for batch in train_data]
+        steps.append(len(epoch_losses))
+        losses.append(sum(epoch_losses) / len(epoch_losses))
+        val_losses.append(float(np.mean([float(val_step(batch)) for batch in val_data])))
+    result = {
+        "shard": [train.shard.index, train.shard.count, train.shard.source],
+        "val_shard": [val.shard.index, val.shard.count, val.shard.source],
+        "reads": reads, "steps": steps, "loss": losses, "val_loss": val_losses,
+        "seed": train.seed, "stats_images": train.stats.images,
+        "weights": [float(np.sum(w)) for w in model.get_weights()],
+    }
+    train.close(); val.close()
+    print("RESULT " + json.dumps(result), flush=True)
+    """
+)
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_two_multi_worker_mirrored_workers_read_disjoint_shards_of_s3(s3_images, s3_options):
+    url, df = s3_images
+    rows = df[["filename", "class"]].iloc[:20]  # 20 images: 10 per worker, batches of 4, 4, 2
+    spec = {
+        "workers": [f"127.0.0.1:{port}" for port in _free_ports(2)],
+        "rows": rows.to_dict("records"),
+        "directory": url,
+        "options": s3_options,
+    }
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    env["PYTHONPATH"] = os.getcwd()
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER_SCRIPT, json.dumps(spec), str(index)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )  # fmt: skip
+        for index in range(2)
+    ]
+    results = []
+    try:
+        for worker in workers:
+            out, err = worker.communicate(timeout=600)
+            assert worker.returncode == 0, err[-4000:]
+            line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+            results.append(json.loads(line.removeprefix("RESULT ")))
+    finally:
+        for worker in workers:
+            worker.kill()
+    expected = {f"{url}/{name}" for name in rows["filename"]}
+    assert [r["shard"] for r in results] == [[0, 2, "TF_CONFIG"], [1, 2, "TF_CONFIG"]]
+    assert [r["val_shard"] for r in results] == [[0, 2, "tf.distribute"], [1, 2, "tf.distribute"]]
+    for epoch in range(2):
+        per_worker = [[p for e, p in r["reads"] if e == epoch] for r in results]
+        assert [len(paths) for paths in per_worker] == [10, 10]
+        assert not set(per_worker[0]) & set(per_worker[1])  # no overlap
+        assert set(per_worker[0]) | set(per_worker[1]) == expected  # together: the dataset
+    epoch_orders = [[p for e, p in results[0]["reads"] if e == epoch] for epoch in range(2)]
+    assert epoch_orders[0] != epoch_orders[1]  # reshuffled, the same way on both workers
+    # Both finished both epochs in step. Global batch 4: each worker's batches of 4, 4, 2
+    # are split between the 2 replicas, so every worker trains 6 steps of 2, 2, 2, 2, 1, 1.
+    assert [r["steps"] for r in results] == [[6, 6], [6, 6]]
+    assert results[0]["loss"] == pytest.approx(results[1]["loss"])  # all-reduced
+    assert results[0]["weights"] == pytest.approx(results[1]["weights"])  # one model, in sync
+    assert all(np.isfinite(r["loss"] + r["val_loss"]).all() for r in results)
+    assert [r["stats_images"] for r in results] == [20, 20]  # 10 per epoch, no extra reads
