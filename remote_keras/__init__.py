@@ -22,11 +22,13 @@ if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "y
 
 from keras.src.legacy.preprocessing.image import Iterator, NumpyArrayIterator
 
+from remote_keras.callbacks import EpochInputReport, InputStallCallback
 from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
 from remote_keras.generator import ImageDataGenerator
 from remote_keras.iterators import DataFrameIterator, DirectoryIterator
 from remote_keras.loaders import FsspecLoader, ObstoreLoader, decode_image
 from remote_keras.retry import RetryPolicy
+from remote_keras.sharding import Shard
 from remote_keras.stats import LoaderStats
 
 try:
@@ -37,15 +39,18 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 __all__ = [
     "DataFrameIterator",
     "DirectoryIterator",
+    "EpochInputReport",
     "FsspecLoader",
     "ImageDataGenerator",
     "ImageDecodeError",
     "ImageLoadError",
+    "InputStallCallback",
     "Iterator",
     "LoaderStats",
     "MissingBackendError",
     "NumpyArrayIterator",
     "ObstoreLoader",
     "RetryPolicy",
+    "Shard",
     "decode_image",
 ]

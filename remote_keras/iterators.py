@@ -38,7 +38,7 @@ from remote_keras.lakefs import LakeFSPin, Pinner
 from remote_keras.loaders import Loader, decode_image, make_loader
 from remote_keras.prefetch import Prefetcher, WorkerPools
 from remote_keras.retry import RetryPolicy, as_policy, fetch_with_retries
-from remote_keras.stats import LoaderStats, StatsRecorder
+from remote_keras.stats import HandoffLog, LoaderStats, StatsRecorder
 
 # Global `np.random` is shared by every thread; Keras's augmentation draws from it.
 _NUMPY_RANDOM_LOCK = threading.Lock()
@@ -113,6 +113,7 @@ class RemoteBatchMixin:
         self.on_error = on_error
         self.skipped: list[tuple[str, str]] = []  # (path, reason) of samples dropped
         self._stats = StatsRecorder()
+        self._handoffs = HandoffLog()
         self._skips_warned: set[int] = set()
         self._decode_workers = decode_workers
         self._per_process_state()
@@ -232,7 +233,12 @@ class RemoteBatchMixin:
 
         def batches():
             for i in range(len(self)):
-                yield first.pop() if i == 0 and first else as_tuple(self[i])
+                if i == 0 and first:
+                    now = time.perf_counter()
+                    self._handoffs.record(now, now)
+                    yield first.pop()
+                else:
+                    yield as_tuple(self[i])
             self.on_epoch_end()  # the next pass is the next epoch
 
         dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
@@ -334,6 +340,7 @@ class RemoteBatchMixin:
     # ------------------------------------------------------------------ Keras entry points
 
     def __getitem__(self, idx: int):
+        asked = time.perf_counter()
         if idx >= len(self):
             raise ValueError(
                 f"Asked to retrieve element {idx}, but the Sequence has length {len(self)}"
@@ -350,9 +357,10 @@ class RemoteBatchMixin:
         in_order = in_order and os.getpid() == self._home_pid
         ahead = range(idx + 1, min(idx + 1 + self.prefetch_batches, len(self)))
         keys = [(epoch, i) for i in ahead] if in_order else []
-        return self._result(future, prefetched, epoch, idx, keys)
+        return self._result(future, prefetched, epoch, idx, keys, asked)
 
     def __next__(self):
+        asked = time.perf_counter()
         self._ensure_process()
         with self.lock:
             length = max(len(self), 1)
@@ -363,7 +371,7 @@ class RemoteBatchMixin:
             future, prefetched = self._start(epoch, index)
             position = self._stream_position
         keys = [divmod(position + step, length) for step in range(self.prefetch_batches)]
-        return self._result(future, prefetched, epoch, index, keys)
+        return self._result(future, prefetched, epoch, index, keys, asked)
 
     def reset(self) -> None:
         """Makes the next `next()` call start a new epoch, as Keras does."""
@@ -421,7 +429,7 @@ class RemoteBatchMixin:
             for epoch, index in keys:
                 self._start_ahead(epoch, index)
 
-    def _result(self, future, prefetched: bool, epoch: int, index: int, ahead: list):
+    def _result(self, future, prefetched: bool, epoch: int, index: int, ahead: list, asked: float):
         """Waits for a batch, starting the `ahead` batches meanwhile (or after, if it is cold).
 
         A batch that was not started ahead of time goes first, so that the
@@ -443,7 +451,9 @@ class RemoteBatchMixin:
         self._stats.add(wait_s=time.perf_counter() - waiting, batches=1)
         if not prefetched:
             self._look_ahead(ahead)
-        return self._assemble(plan, batch_x)
+        batch = self._assemble(plan, batch_x)
+        self._handoffs.record(asked, time.perf_counter())
+        return batch
 
     def _load(self, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
         """Fetches and decodes the samples of `plan` into one array.

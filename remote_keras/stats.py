@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import collections
 import dataclasses
 import threading
 import time
@@ -75,3 +77,30 @@ class StatsRecorder:
             elapsed_s=elapsed,
             images_per_s=images / elapsed if elapsed else 0.0,
         )
+
+
+class HandoffLog:
+    """When each batch was asked for and handed out (`time.perf_counter()`), per process.
+
+    `InputStallCallback` compares these with when training asked for batches.
+    """
+
+    def __init__(self, maxlen: int = 1_000_000) -> None:
+        self._lock = threading.Lock()
+        self._entries: collections.deque[tuple[float, float]] = collections.deque(maxlen=maxlen)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()
+
+    def record(self, asked: float, handed_out: float) -> None:
+        with self._lock:
+            self._entries.append((asked, handed_out))
+
+    def since(self, start: float) -> list[tuple[float, float]]:
+        """Hand-offs asked for at or after `start`, in the order they were asked for."""
+        with self._lock:
+            entries = sorted(self._entries)
+        return entries[bisect.bisect_left(entries, (start, float("-inf"))) :]
