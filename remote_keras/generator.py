@@ -52,6 +52,8 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         cache_max_bytes: Size limit of `cache_dir`. Defaults to 10 GiB.
         retries: `RetryPolicy` or attempts per file for transient failures.
         on_error: `"raise"` (default) or `"skip"` unreadable samples.
+        progress: Progress bars for listings and checks over 2 seconds.
+            Defaults to `True`; `TQDM_DISABLE=1` also turns them off.
         **kwargs: Keyword arguments of Keras's `ImageDataGenerator`.
 
     Example:
@@ -79,6 +81,7 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
         retries: RetryPolicy | int | None = None,
         on_error: str = "raise",
+        progress: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -94,6 +97,7 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
             cache_max_bytes=cache_max_bytes,
             retries=retries,
             on_error=on_error,
+            progress=progress,
         )
 
     def __repr__(self) -> str:  # storage options hold secrets: never shown
@@ -137,6 +141,7 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         cache_max_bytes: int | None = None,
         retries: RetryPolicy | int | None = None,
         on_error: str | None = None,
+        progress: bool | None = None,
         num_shards: int | None = None,
         shard_index: int | None = None,
         shard_remainder: str = "pad",
@@ -188,6 +193,7 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
                 cache_max_bytes=cache_max_bytes,
                 retries=retries,
                 on_error=on_error,
+                progress=progress,
             ),
         )
 
@@ -225,6 +231,7 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         cache_max_bytes: int | None = None,
         retries: RetryPolicy | int | None = None,
         on_error: str | None = None,
+        progress: bool | None = None,
         num_shards: int | None = None,
         shard_index: int | None = None,
         shard_remainder: str = "pad",
@@ -299,5 +306,6 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
                 cache_max_bytes=cache_max_bytes,
                 retries=retries,
                 on_error=on_error,
+                progress=progress,
             ),
         )

@@ -37,6 +37,7 @@ from remote_keras.cache import DiskCache
 from remote_keras.lakefs import LakeFSPin, Pinner
 from remote_keras.loaders import Loader, decode_image, make_loader
 from remote_keras.prefetch import Prefetcher, WorkerPools
+from remote_keras.progress import progress_bar
 from remote_keras.retry import RetryPolicy, as_policy, fetch_with_retries
 from remote_keras.stats import HandoffLog, LoaderStats, StatsRecorder
 
@@ -84,8 +85,10 @@ class RemoteBatchMixin:
         num_shards: int | None = None,
         shard_index: int | None = None,
         shard_remainder: str = "pad",
+        progress: bool = True,
     ) -> None:
         self.shard = sharding.resolve(num_shards, shard_index, shard_remainder)
+        self.progress = bool(progress)
         if on_error not in ("raise", "skip"):
             raise ValueError(f'`on_error` must be "raise" or "skip". Received: {on_error!r}')
         for name, value, least in (
@@ -671,6 +674,8 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
         shard_remainder: `"pad"` (default) repeats a few samples so that
             every shard has `ceil(n / num_shards)` samples per epoch;
             `"drop"` leaves out `n % num_shards` samples per epoch instead.
+        progress: Show a progress bar (`tqdm`) when listing or checking files
+            takes more than 2 seconds. Defaults to `True`.
     """
 
     def __init__(
@@ -714,6 +719,7 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
         num_shards: int | None = None,
         shard_index: int | None = None,
         shard_remainder: str = "pad",
+        progress: bool = True,
     ):
         self._init_remote(
             loader=loader,
@@ -732,6 +738,7 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
             num_shards=num_shards,
             shard_index=shard_index,
             shard_remainder=shard_remainder,
+            progress=progress,
         )
         _check_path_column(dataframe, x_col)
         super().__init__(
@@ -773,7 +780,10 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
                 raise FileNotFoundError(
                     f"No such directory: {errors.redact(str(self.directory))!r}"
                 )
-        exists = storage.existing(paths, self.filesystems)
+        with progress_bar(
+            f"Checking {len(paths)} files", self.progress, "files", total=len(paths)
+        ) as bar:
+            exists = storage.existing(paths, self.filesystems, bar)
         formats = self.white_list_formats
         mask = np.array(
             [ok and path.lower().endswith(formats) for path, ok in zip(paths, exists)], dtype=bool
@@ -834,6 +844,7 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
         num_shards: int | None = None,
         shard_index: int | None = None,
         shard_remainder: str = "pad",
+        progress: bool = True,
     ):
         self._init_remote(
             loader=loader,
@@ -852,6 +863,7 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
             num_shards=num_shards,
             shard_index=shard_index,
             shard_remainder=shard_remainder,
+            progress=progress,
         )
         arguments = dict(
             target_size=target_size,
@@ -901,7 +913,8 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
         self.class_mode = kw["class_mode"]
         self.dtype = kw["dtype"] or backend.floatx()
 
-        entries = storage.walk_files(self._pinner.pin(directory), self.filesystems)
+        with progress_bar(f"Listing {errors.redact(directory)}", self.progress, "objects") as bar:
+            entries = storage.walk_files(self._pinner.pin(directory), self.filesystems, bar)
         by_class: dict[str, list[str]] = {}
         for entry in entries:
             top, _, rest = entry.partition("/")

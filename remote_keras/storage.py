@@ -174,7 +174,7 @@ def _common_dir(paths: Sequence[str]) -> str:
     return "/".join(common)
 
 
-def existing(urls: Sequence[str], filesystems: FileSystems) -> list[bool]:
+def existing(urls: Sequence[str], filesystems: FileSystems, bar: Any = None) -> list[bool]:
     """Tells which of `urls` exist as files, by listing rather than one request each.
 
     Local paths are checked with `os.path.isfile`, as stock Keras does. Remote
@@ -186,6 +186,7 @@ def existing(urls: Sequence[str], filesystems: FileSystems) -> list[bool]:
     Args:
         urls: Paths or URLs, in dataframe order.
         filesystems: Resolver carrying the storage options.
+        bar: Optional `tqdm` bar counting the URLs checked.
 
     Returns:
         One boolean per URL.
@@ -207,10 +208,14 @@ def existing(urls: Sequence[str], filesystems: FileSystems) -> list[bool]:
             for position, path in zip(positions, paths):
                 with errors.reading(path):
                     found[position] = fs.isfile(path)
+                if bar is not None:
+                    bar.update(1)
             continue
         listed = _list_files(fs, sorted({posixpath.dirname(p) for p in paths}))
         for position, path in zip(positions, paths):
             found[position] = path in listed
+        if bar is not None:
+            bar.update(len(paths))
     return found
 
 
@@ -234,12 +239,13 @@ def _list_files(fs: AbstractFileSystem, parents: Sequence[str]) -> set[str]:
     return listed
 
 
-def walk_files(url: str, filesystems: FileSystems) -> list[str]:
+def walk_files(url: str, filesystems: FileSystems, bar: Any = None) -> list[str]:
     """Lists every file and folder below `url` with one recursive listing.
 
     Args:
         url: A folder URL, e.g. `s3://bucket/train`.
         filesystems: Resolver carrying the storage options.
+        bar: Optional `tqdm` bar counting the objects listed.
 
     Returns:
         Paths relative to `url`, with a trailing `/` on folders.
@@ -252,6 +258,8 @@ def walk_files(url: str, filesystems: FileSystems) -> list[str]:
     fs.invalidate_cache(root)
     with errors.reading(url):
         found = find(fs, root, withdirs=True)
+    if bar is not None:
+        bar.update(len(found))
     if not found and not fs.isdir(root):
         raise FileNotFoundError(f"No such directory: {errors.redact(url)!r}")
     prefix = root + "/"

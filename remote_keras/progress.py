@@ -1,0 +1,47 @@
+"""Progress bars for long start-up work (listing a big prefix, checking a big dataframe).
+
+A bar appears only when the work takes longer than `DELAY_S` seconds, and
+shows the elapsed time even while one blocking listing call runs. Turn bars
+off with `progress=False` on the generator or `flow_from_*`, or with the
+environment variable `TQDM_DISABLE=1`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+from tqdm.auto import tqdm
+
+DELAY_S = 2.0
+REFRESH_S = 0.5
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, enabled: bool, unit: str, total: int | None = None):
+    """Yields a `tqdm` bar (disabled when not `enabled`) kept fresh by a ticker thread."""
+    if os.environ.get("TQDM_DISABLE", "").strip().lower() in ("1", "true", "yes"):
+        enabled = False
+    bar = tqdm(desc=description, total=total, unit=f" {unit}", delay=DELAY_S, disable=not enabled)
+    if bar.disable:
+        with contextlib.closing(bar):
+            yield bar
+        return
+    stop = threading.Event()
+    ticker = threading.Thread(
+        target=_tick, args=(bar, stop), name="remote_keras-progress", daemon=True
+    )
+    ticker.start()
+    try:
+        yield bar
+    finally:
+        stop.set()
+        ticker.join()
+        bar.close()
+
+
+def _tick(bar, stop: threading.Event) -> None:
+    while not stop.wait(REFRESH_S):
+        if bar._time() - bar.start_t >= DELAY_S:
+            bar.refresh()

@@ -1,0 +1,78 @@
+"""Progress bars for long listings and dataframe checks, and turning them off."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import remote_keras as rk
+from remote_keras import progress, storage
+
+
+@pytest.fixture
+def immediate_bars(monkeypatch):
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    monkeypatch.setattr(progress, "REFRESH_S", 0.1)
+
+
+def test_listing_a_prefix_shows_a_bar_counting_objects(
+    immediate_bars, s3_images, s3_options, capsys
+):
+    url, df = s3_images
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with gen.flow_from_directory(url, target_size=(8, 8)) as it:
+        assert it.samples == len(df)
+    err = capsys.readouterr().err
+    assert f"Listing {url}" in err
+    assert "objects" in err
+    assert s3_options["secret"] not in err
+
+
+def test_a_slow_listing_keeps_the_bar_ticking(
+    immediate_bars, monkeypatch, s3_images, s3_options, capsys
+):
+    url, _ = s3_images
+    real_find = storage.find
+
+    def slow_find(*args, **kwargs):
+        time.sleep(1.0)  # one blocking call, like paging through a million keys
+        return real_find(*args, **kwargs)
+
+    monkeypatch.setattr(storage, "find", slow_find)
+    with rk.ImageDataGenerator(storage_options=s3_options).flow_from_directory(url):
+        pass
+    err = capsys.readouterr().err
+    assert err.count(f"Listing {url}") >= 4  # redrawn with the elapsed time while it waits
+
+
+def test_checking_a_dataframe_shows_a_bar_with_a_total(
+    immediate_bars, s3_images, s3_options, capsys
+):
+    url, df = s3_images
+    urls = df.assign(filename=[f"{url}/{name}" for name in df["filename"]])
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with gen.flow_from_dataframe(urls, target_size=(8, 8)):
+        pass
+    err = capsys.readouterr().err
+    assert f"Checking {len(df)} files" in err
+    assert f"{len(df)}/{len(df)}" in err
+
+
+@pytest.mark.parametrize("how", ["argument", "generator", "environment"])
+def test_bars_can_be_turned_off(immediate_bars, monkeypatch, s3_images, s3_options, capsys, how):
+    url, _ = s3_images
+    if how == "environment":
+        monkeypatch.setenv("TQDM_DISABLE", "1")
+    gen = rk.ImageDataGenerator(storage_options=s3_options, progress=how != "generator")
+    kwargs = {"progress": False} if how == "argument" else {}
+    with gen.flow_from_directory(url, **kwargs):
+        pass
+    assert "Listing" not in capsys.readouterr().err
+
+
+def test_quick_work_shows_no_bar(s3_images, s3_options, capsys):
+    url, _ = s3_images
+    with rk.ImageDataGenerator(storage_options=s3_options).flow_from_directory(url):
+        pass
+    assert "Listing" not in capsys.readouterr().err  # well under the 2 s delay
