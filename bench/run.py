@@ -14,6 +14,7 @@ Outputs: a table on stdout, `bench/results/latest.json` and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import os
@@ -108,6 +109,7 @@ def run_epochs(
             seconds = time.perf_counter() - start  # construction is in `first_batch_s`
             cpu = time.process_time() - cpu
             steady = proxy.reset() if proxy is not None else {}
+            stats = dataclasses.asdict(iterator.stats) if hasattr(iterator, "stats") else None
             if hasattr(iterator, "close"):
                 iterator.close()
         if attempt == 0:
@@ -123,6 +125,7 @@ def run_epochs(
                 "rss_growth_mb": (rss.peak - rss.start) / 2**20,
                 "startup_requests": dict(startup),
                 "requests_per_image": {k: v / images for k, v in steady.items()},
+                "loader_stats": stats,
             }
         )
     return summarize(results)
@@ -137,6 +140,8 @@ def summarize(results: list[dict]) -> dict:
         summary[key] = statistics.median(values) if values else None
     summary["startup_requests"] = results[-1]["startup_requests"]
     summary["requests_per_image"] = results[-1]["requests_per_image"]
+    if results[-1]["loader_stats"] is not None:
+        summary["loader_stats"] = results[-1]["loader_stats"]  # `iterator.stats`, last repeat
     return summary
 
 
@@ -162,6 +167,15 @@ def timed_iteration(iterable) -> list[float]:
         waits.append(time.perf_counter() - start)
 
 
+def _brief(stats: dict) -> str:
+    return (
+        f"{stats['images']} images, {stats['bytes'] / 2**20:.1f} MiB, {stats['requests']} "
+        f"requests, {stats['retries']} retries, {stats['cache_hits']} cache hits, "
+        f"fetch {stats['fetch_s']:.2f} s, decode {stats['decode_s']:.2f} s (thread-seconds), "
+        f"caller waited {stats['wait_s']:.2f} s, {stats['images_per_s']:.0f} images/s"
+    )
+
+
 # --------------------------------------------------------------------------- scenarios
 
 
@@ -177,6 +191,10 @@ class Bench:
         self.results[name] = result
         rate = result.get("images_per_s")
         print(f"  {name:<44} {rate:8.0f} images/s" if rate else f"  {name}", flush=True)
+        if "input_report" in result:
+            print(f"    InputStallCallback: {result['input_report']}", flush=True)
+        elif result.get("loader_stats"):
+            print(f"    iterator.stats: {_brief(result['loader_stats'])}", flush=True)
 
     def run(self) -> dict:
         import s3fs
@@ -401,6 +419,8 @@ class Bench:
     def _fit(self, build: Callable[[], object], images: int) -> dict:
         import keras
 
+        import remote_keras as rk
+
         class EpochTimer(keras.callbacks.Callback):
             def on_epoch_begin(self, epoch, logs=None):
                 self.start = time.perf_counter()
@@ -408,7 +428,7 @@ class Bench:
             def on_epoch_end(self, epoch, logs=None):
                 self.seconds = time.perf_counter() - self.start
 
-        rates = []
+        rates, reports = [], []
         for _ in range(max(1, self.args.repeats - 1)):
             keras.utils.set_random_seed(0)
             model = keras.Sequential([
@@ -419,12 +439,21 @@ class Bench:
             ])  # fmt: skip
             model.compile("adam", "categorical_crossentropy")
             iterator = build()
-            timer = EpochTimer()
-            model.fit(iterator, epochs=2, verbose=0, callbacks=[timer])
-            rates.append(images / timer.seconds)
+            callbacks = [EpochTimer()]
+            if isinstance(iterator, rk.DataFrameIterator):
+                callbacks.append(rk.InputStallCallback(iterator, verbose=0))
+            model.fit(iterator, epochs=2, verbose=0, callbacks=callbacks)
+            rates.append(images / callbacks[0].seconds)
+            if len(callbacks) > 1:
+                reports.append(callbacks[1].reports[-1])  # epoch 2, as timed
             if hasattr(iterator, "close"):
                 iterator.close()
-        return {"images_per_s": statistics.median(rates), "images_per_s_all": rates}
+        result = {"images_per_s": statistics.median(rates), "images_per_s_all": rates}
+        if reports:
+            result["input_wait_fraction"] = statistics.median(r.wait_fraction for r in reports)
+            result["input_report"] = str(reports[-1])
+            result["loader_stats"] = dataclasses.asdict(reports[-1].loader)
+        return result
 
     def _probe(self, s3, proxy, rows: int, prefetch: int) -> dict:
         """Start-up and peak memory of a `rows`-row dataframe, in a fresh process."""

@@ -40,6 +40,13 @@ def test_smoke_benchmark_reports_every_scenario(smoke_report):
         if result.get("group") == "s3":  # steady state: exactly one GET and no HEAD per image
             assert result["requests_per_image"] == {"GET": 1.0}, (name, result)
             assert result["startup_requests"].get("HEAD", 0) == 0, (name, result)
+        if result.get("group") in ("s3", "local") and name.startswith("remote_keras"):
+            stats = result["loader_stats"]  # `iterator.stats` of the last repeat
+            assert stats["images"] == stats["requests"] > 0, (name, stats)
+            assert stats["bytes"] > 0 and stats["decode_s"] > 0, (name, stats)
+    fit = results["fit: remote_keras obstore, s3 +20 ms"]
+    assert 0 <= fit["input_wait_fraction"] <= 1
+    assert fit["loader_stats"]["images"] > 0
     assert (smoke_report.parent / "latest.png").stat().st_size > 10_000
     assert report["targets"]
 
