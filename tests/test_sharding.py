@@ -271,28 +271,7 @@ def test_two_multi_worker_mirrored_workers_read_disjoint_shards_of_s3(s3_images,
         "directory": url,
         "options": s3_options,
     }
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    env["PYTHONPATH"] = os.getcwd()
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER_SCRIPT, json.dumps(spec), str(index)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )  # fmt: skip
-        for index in range(2)
-    ]
-    results = []
-    try:
-        for worker in workers:
-            out, err = worker.communicate(timeout=600)
-            assert worker.returncode == 0, err[-4000:]
-            line = next(x for x in out.splitlines() if x.startswith("RESULT "))
-            results.append(json.loads(line.removeprefix("RESULT ")))
-    finally:
-        for worker in workers:
-            worker.kill()
+    results = _run_workers(WORKER_SCRIPT, spec)
     expected = {f"{url}/{name}" for name in rows["filename"]}
     assert [r["shard"] for r in results] == [[0, 2, "TF_CONFIG"], [1, 2, "TF_CONFIG"]]
     assert [r["val_shard"] for r in results] == [[0, 2, "tf.distribute"], [1, 2, "tf.distribute"]]
@@ -310,3 +289,107 @@ def test_two_multi_worker_mirrored_workers_read_disjoint_shards_of_s3(s3_images,
     assert results[0]["weights"] == pytest.approx(results[1]["weights"])  # one model, in sync
     assert all(np.isfinite(r["loss"] + r["val_loss"]).all() for r in results)
     assert [r["stats_images"] for r in results] == [20, 20]  # 10 per epoch, no extra reads
+
+
+JAX_WORKER_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    os.environ["KERAS_BACKEND"] = "jax"
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    spec, index = json.loads(sys.argv[1]), int(sys.argv[2])
+    import jax
+    jax.distributed.initialize(spec["coordinator"], num_processes=2, process_id=index)
+    import keras, numpy as np, pandas as pd
+    import remote_keras as rk
+    from remote_keras.loaders import FsspecLoader
+
+    reads = []
+
+    class RecordingLoader(FsspecLoader):
+        iterator = None
+
+        def load_many(self, paths, executor=None):
+            reads.extend([(self.iterator._epoch, p) for p in paths])
+            return super().load_many(paths, executor=executor)
+
+    # Each process feeds its own shard: Keras must not try to split the iterator again.
+    keras.distribution.set_distribution(keras.distribution.DataParallel(auto_shard_dataset=False))
+    loader = RecordingLoader(spec["options"])
+    gen = rk.ImageDataGenerator(rescale=1 / 255, storage_options=spec["options"])
+    train = gen.flow_from_dataframe(pd.DataFrame(spec["rows"]), spec["directory"],
+                                    target_size=(8, 8), batch_size=4, seed=3, loader=loader)
+    loader.iterator = train
+    keras.utils.set_random_seed(0)  # the same initial weights in both processes
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(3, activation="softmax")])
+    model.compile("sgd", "categorical_crossentropy")
+    steps = []
+    counter = keras.callbacks.LambdaCallback(
+        on_epoch_begin=lambda epoch, logs: steps.append(0),
+        on_train_batch_end=lambda batch, logs: steps.__setitem__(-1, steps[-1] + 1),
+    )
+    history = model.fit(train, epochs=2, callbacks=[counter], verbose=0)
+    result = {
+        "backend": keras.backend.backend(), "processes": jax.process_count(),
+        "shard": [train.shard.index, train.shard.count, train.shard.source],
+        "reads": reads, "steps": steps, "loss": history.history["loss"],
+        "weights": [float(np.sum(w)) for w in model.get_weights()],
+    }
+    train.close()
+    print("RESULT " + json.dumps(result), flush=True)
+    """
+)
+
+
+def _run_workers(script: str, spec: dict, extra_env: dict | None = None) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    env.update(PYTHONPATH=os.getcwd(), **(extra_env or {}))
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, json.dumps(spec), str(index)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )  # fmt: skip
+        for index in range(2)
+    ]
+    results = []
+    try:
+        for worker in workers:
+            out, err = worker.communicate(timeout=600)
+            assert worker.returncode == 0, err[-4000:]
+            line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+            results.append(json.loads(line.removeprefix("RESULT ")))
+    finally:
+        for worker in workers:
+            worker.kill()
+    return results
+
+
+@pytest.mark.slow
+def test_two_jax_processes_fit_on_disjoint_shards_of_s3(s3_images, s3_options):
+    url, df = s3_images
+    rows = df[["filename", "class"]].iloc[:20]
+    spec = {
+        "coordinator": f"127.0.0.1:{_free_ports(1)[0]}",
+        "rows": rows.to_dict("records"),
+        "directory": url,
+        "options": s3_options,
+    }
+    results = _run_workers(JAX_WORKER_SCRIPT, spec)
+    assert [(r["backend"], r["processes"]) for r in results] == [("jax", 2), ("jax", 2)]
+    assert [r["shard"] for r in results] == [
+        [0, 2, "keras.distribution"],
+        [1, 2, "keras.distribution"],
+    ]
+    expected = {f"{url}/{name}" for name in rows["filename"]}
+    for epoch in range(2):
+        per_process = [{p for e, p in r["reads"] if e == epoch} for r in results]
+        assert len(per_process[0]) == len(per_process[1]) == 10
+        assert not per_process[0] & per_process[1]
+        assert per_process[0] | per_process[1] == expected
+    # `fit` takes the iterator itself: 10 images per process in batches of 4, 4, 2.
+    assert [r["steps"] for r in results] == [[3, 3], [3, 3]]
+    assert results[0]["weights"] == pytest.approx(results[1]["weights"])  # one model, in sync
+    assert results[0]["loss"] == pytest.approx(results[1]["loss"])
