@@ -149,6 +149,16 @@ def test_tf_config_is_detected(monkeypatch, image_dir, cluster, task, expected):
         assert it.shard.count == 1  # an explicit argument wins
 
 
+def test_a_single_machine_strategy_does_not_shard(image_dir):
+    import tensorflow as tf
+
+    directory, df = image_dir
+    with tf.distribute.MirroredStrategy(["CPU:0"]).scope():
+        with rk.ImageDataGenerator().flow_from_dataframe(df, directory) as it:
+            assert it.shard == sharding.Shard()
+            assert len(it) == -(-len(df) // 32)
+
+
 def test_broken_tf_config_is_named(monkeypatch, image_dir):
     monkeypatch.setenv("TF_CONFIG", "{not json")
     directory, df = image_dir
@@ -176,6 +186,20 @@ def test_fit_refuses_a_shard_that_tf_distribute_would_split_again(monkeypatch, n
     assert np.isfinite(history.history["loss"][0])
 
 
+# Records `(epoch, url)` of every read, for the worker scripts below.
+RECORDING_LOADER = """
+from remote_keras.loaders import FsspecLoader
+
+reads = []
+
+class RecordingLoader(FsspecLoader):
+    iterator = None
+
+    def load_many(self, paths, executor=None):
+        reads.extend([(self.iterator._epoch, p) for p in paths])
+        return super().load_many(paths, executor=executor)
+"""
+
 WORKER_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
@@ -186,16 +210,7 @@ WORKER_SCRIPT = textwrap.dedent(
     )
     import keras, numpy as np, pandas as pd, tensorflow as tf
     import remote_keras as rk
-    from remote_keras.loaders import FsspecLoader
-
-    reads = []
-
-    class RecordingLoader(FsspecLoader):
-        iterator = None
-
-        def load_many(self, paths, executor=None):
-            reads.extend([(self.iterator._epoch, p) for p in paths])
-            return super().load_many(paths, executor=executor)
+    RECORDING_LOADER
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     loader = RecordingLoader(spec["options"])
@@ -248,7 +263,7 @@ WORKER_SCRIPT = textwrap.dedent(
     train.close(); val.close()
     print("RESULT " + json.dumps(result), flush=True)
     """
-)
+).replace("RECORDING_LOADER\n", RECORDING_LOADER)
 
 
 def _free_ports(count: int) -> list[int]:
@@ -301,16 +316,7 @@ JAX_WORKER_SCRIPT = textwrap.dedent(
     jax.distributed.initialize(spec["coordinator"], num_processes=2, process_id=index)
     import keras, numpy as np, pandas as pd
     import remote_keras as rk
-    from remote_keras.loaders import FsspecLoader
-
-    reads = []
-
-    class RecordingLoader(FsspecLoader):
-        iterator = None
-
-        def load_many(self, paths, executor=None):
-            reads.extend([(self.iterator._epoch, p) for p in paths])
-            return super().load_many(paths, executor=executor)
+    RECORDING_LOADER
 
     # Each process feeds its own shard: Keras must not try to split the iterator again.
     keras.distribution.set_distribution(keras.distribution.DataParallel(auto_shard_dataset=False))
@@ -338,7 +344,7 @@ JAX_WORKER_SCRIPT = textwrap.dedent(
     train.close()
     print("RESULT " + json.dumps(result), flush=True)
     """
-)
+).replace("RECORDING_LOADER\n", RECORDING_LOADER)
 
 
 def _run_workers(script: str, spec: dict, extra_env: dict | None = None) -> list[dict]:
