@@ -7,7 +7,9 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 
 import keras
 import numpy as np
@@ -347,30 +349,47 @@ JAX_WORKER_SCRIPT = textwrap.dedent(
 ).replace("RECORDING_LOADER\n", RECORDING_LOADER)
 
 
-def _run_workers(script: str, spec: dict, extra_env: dict | None = None) -> list[dict]:
+def _run_workers(script: str, spec: dict, timeout_s: float = 600) -> list[dict]:
+    """Runs `script` as workers 0 and 1; stops both as soon as one fails, showing its stderr."""
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    env.update(PYTHONPATH=os.getcwd(), **(extra_env or {}))
+    env["PYTHONPATH"] = os.getcwd()
+    logs = [tempfile.TemporaryFile(mode="w+") for _ in range(4)]
     workers = [
         subprocess.Popen(
             [sys.executable, "-c", script, json.dumps(spec), str(index)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=logs[2 * index],
+            stderr=logs[2 * index + 1],
             text=True,
             env=env,
         )  # fmt: skip
         for index in range(2)
     ]
-    results = []
+
+    def read(log) -> str:
+        log.seek(0)
+        return log.read()
+
     try:
-        for worker in workers:
-            out, err = worker.communicate(timeout=600)
-            assert worker.returncode == 0, err[-4000:]
-            line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+        deadline = time.monotonic() + timeout_s
+        while any(w.poll() is None for w in workers) and time.monotonic() < deadline:
+            failed = [i for i, w in enumerate(workers) if w.poll() not in (None, 0)]
+            assert not failed, (
+                f"worker {failed[0]} failed:\n{read(logs[2 * failed[0] + 1])[-4000:]}"
+            )
+            time.sleep(0.2)
+        for index, worker in enumerate(workers):
+            assert worker.poll() == 0, f"worker {index}:\n{read(logs[2 * index + 1])[-4000:]}"
+        results = []
+        for index in range(2):
+            line = next(x for x in read(logs[2 * index]).splitlines() if x.startswith("RESULT "))
             results.append(json.loads(line.removeprefix("RESULT ")))
+        return results
     finally:
         for worker in workers:
             worker.kill()
-    return results
+            worker.wait()
+        for log in logs:
+            log.close()
 
 
 @pytest.mark.slow
