@@ -1,7 +1,8 @@
 """Progress bars for long start-up work (listing a big prefix, checking a big dataframe).
 
 A bar appears only when the work takes longer than `DELAY_S` seconds, and
-shows the elapsed time even while one blocking listing call runs. Turn bars
+shows the elapsed time even while one blocking listing call runs; S3
+listings count their keys page by page (`storage.find`). Turn bars
 off with `progress=False` on the generator or `flow_from_*`, or with the
 environment variable `TQDM_DISABLE=1`.
 """

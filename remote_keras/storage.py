@@ -6,6 +6,7 @@ Paths are always taken literally: no call here glob-expands, so keys holding
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 from collections import defaultdict
@@ -151,17 +152,40 @@ def _protocols(fs: AbstractFileSystem) -> set[str]:
     return set(fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,))
 
 
-def find(fs: AbstractFileSystem, root: str, withdirs: bool = False) -> dict[str, dict]:
+def find(
+    fs: AbstractFileSystem, root: str, withdirs: bool = False, bar: Any = None
+) -> dict[str, dict]:
     """Lists everything below `root` as `{path: info}` with as few requests as the backend allows.
 
     fsspec's generic `find` lists folder by folder; S3-like backends
     override it with one paged listing, and lakeFS gets one here
-    (`ls(recursive=True)`).
+    (`ls(recursive=True)`). On S3, `bar` (a `tqdm` bar) counts the keys of
+    each page as it arrives.
     """
     if "lakefs" in _protocols(fs):
         entries = fs.ls(root.rstrip("/") + "/", detail=True, recursive=True, refresh=True)
         return {e["name"]: e for e in entries if withdirs or e.get("type") != "directory"}
-    return fs.find(root, withdirs=withdirs, detail=True)
+    with _counting_s3_pages(fs, bar):
+        return fs.find(root, withdirs=withdirs, detail=True)
+
+
+@contextlib.contextmanager
+def _counting_s3_pages(fs: AbstractFileSystem, bar: Any):
+    """Adds each S3 listing page's key count to `bar`, through botocore's `after-call` event."""
+    if bar is None or "s3" not in _protocols(fs) or not hasattr(fs, "connect"):
+        yield
+        return
+    events = fs.connect().meta.events  # s3fs's aiobotocore client, made once per filesystem
+    event, handler_id = "after-call.s3.ListObjectsV2", f"remote_keras-progress-{id(bar)}"
+
+    def count(parsed: dict | None = None, **_: Any) -> None:
+        bar.update((parsed or {}).get("KeyCount", 0))
+
+    events.register(event, count, unique_id=handler_id)
+    try:
+        yield
+    finally:
+        events.unregister(event, unique_id=handler_id)
 
 
 def _common_dir(paths: Sequence[str]) -> str:
@@ -256,9 +280,10 @@ def walk_files(url: str, filesystems: FileSystems, bar: Any = None) -> list[str]
     fs, root = filesystems.resolve(url)
     root = root.rstrip("/")
     fs.invalidate_cache(root)
+    counted = bar.n if bar is not None else 0
     with errors.reading(url):
-        found = find(fs, root, withdirs=True)
-    if bar is not None:
+        found = find(fs, root, withdirs=True, bar=bar)
+    if bar is not None and bar.n == counted:  # no page-by-page count: count at the end
         bar.update(len(found))
     if not found and not fs.isdir(root):
         raise FileNotFoundError(f"No such directory: {errors.redact(url)!r}")

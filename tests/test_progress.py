@@ -76,3 +76,15 @@ def test_quick_work_shows_no_bar(s3_images, s3_options, capsys):
     with rk.ImageDataGenerator(storage_options=s3_options).flow_from_directory(url):
         pass
     assert "Listing" not in capsys.readouterr().err  # well under the 2 s delay
+
+
+def test_s3_listing_counts_keys_page_by_page(immediate_bars, s3_images, s3_options, capsys):
+    url, df = s3_images
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    for _ in range(2):  # the page hook is removed after each listing: no double counting
+        with gen.flow_from_directory(url, target_size=(8, 8)):
+            pass
+        err = capsys.readouterr().err
+        # The S3 pages hold the 21 keys; the listing's inferred folders are not counted.
+        assert f"{len(df)} objects" in err.split("\r")[-1]
+        assert s3_options["secret"] not in err
