@@ -70,6 +70,23 @@ def test_shards_are_disjoint_cover_the_data_and_have_equal_length(numbered, coun
     assert per_shard != first_epoch  # a new global permutation each epoch
 
 
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "s3"])
+def test_flow_from_directory_shards_too(image_dir, s3_images, s3_options, remote):
+    directory = s3_images[0] if remote else image_dir[0]
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    seen = []
+    for index in range(2):
+        with gen.flow_from_directory(
+            directory, target_size=(4, 4), batch_size=4, seed=2, num_shards=2, shard_index=index
+        ) as it:
+            assert len(it) == 3  # 21 images: 11 per shard (one padded), batches of 4, 4, 3
+            with it.lock:
+                seen.append([it.filenames[j] for j in it._epoch_order(0)])
+            assert sum(len(it[i][0]) for i in range(len(it))) == 11
+    assert len(seen[0]) == len(seen[1]) == 11
+    assert set(seen[0]) | set(seen[1]) == set(it.filenames)
+
+
 def test_a_single_shard_is_the_unsharded_iterator(numbered):
     directory, df = numbered
     gen = rk.ImageDataGenerator(rotation_range=30)
