@@ -85,6 +85,7 @@ class InputStallCallback(keras.callbacks.Callback):
     ) -> None:
         super().__init__()
         self.iterator = iterator
+        iterator._handoffs.enabled = True
         self.verbose = verbose
         self.print_fn = print_fn or print
         self.reports: list[EpochInputReport] = []

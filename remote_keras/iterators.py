@@ -185,9 +185,7 @@ class RemoteBatchMixin:
         return path
 
     def __len__(self) -> int:
-        shard = getattr(self, "shard", None)
-        samples = self.n if shard is None else shard.size(self.n)
-        return -(-samples // self.batch_size)
+        return -(-self.shard.size(self.n) // self.batch_size)
 
     @property
     def stats(self) -> LoaderStats:

@@ -105,11 +105,7 @@ def detect() -> Shard:
 
 def in_tf_multi_worker() -> bool:
     """Whether TensorFlow multi-worker training (a strategy or `TF_CONFIG`) is set up."""
-    for find in (_from_tf_strategy, _from_tf_config):
-        found = find()
-        if found is not None and found[1] > 1:
-            return True
-    return False
+    return detect().source in ("tf.distribute", "TF_CONFIG")
 
 
 def _position(cluster: dict, task_type: str | None, task_id: int | None) -> tuple[int, int]:

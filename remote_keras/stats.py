@@ -82,10 +82,12 @@ class StatsRecorder:
 class HandoffLog:
     """When each batch was asked for and handed out (`time.perf_counter()`), per process.
 
-    `InputStallCallback` compares these with when training asked for batches.
+    `InputStallCallback` turns it on (`enabled`) and compares these times with
+    when training asked for batches; until then nothing is recorded.
     """
 
     def __init__(self, maxlen: int = 1_000_000) -> None:
+        self.enabled = False
         self._lock = threading.Lock()
         self._entries: collections.deque[tuple[float, float]] = collections.deque(maxlen=maxlen)
 
@@ -96,11 +98,17 @@ class HandoffLog:
         self.__init__()
 
     def record(self, asked: float, handed_out: float) -> None:
-        with self._lock:
-            self._entries.append((asked, handed_out))
+        if self.enabled:
+            with self._lock:
+                self._entries.append((asked, handed_out))
 
     def since(self, start: float) -> list[tuple[float, float]]:
-        """Hand-offs asked for at or after `start`, in the order they were asked for."""
+        """Hand-offs asked for at or after `start`, in the order they were asked for.
+
+        Earlier ones are dropped: epochs only move forward.
+        """
         with self._lock:
             entries = sorted(self._entries)
-        return entries[bisect.bisect_left(entries, (start, float("-inf"))) :]
+            entries = entries[bisect.bisect_left(entries, (start, float("-inf"))) :]
+            self._entries = collections.deque(entries, maxlen=self._entries.maxlen)
+        return entries

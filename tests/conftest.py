@@ -98,6 +98,20 @@ def http_images(image_dir):
         yield server.url, df
 
 
+@pytest.fixture(scope="session")
+def terminal_line(pytestconfig):
+    """Writes a line to the terminal even while output is captured (which server a test uses)."""
+
+    def write(line: str) -> None:
+        reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+        capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+        if reporter is not None and capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(line)
+
+    return write
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_threads():
     """Every test must leave no remote_keras threads running once its iterators close."""

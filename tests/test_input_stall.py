@@ -106,3 +106,13 @@ def test_batches_built_in_worker_processes_are_reported_as_not_measured(image_di
     assert "input wait not measured" in lines[0]
     assert "input_wait_s" not in history.history
     assert np.isfinite(history.history["loss"][0])
+
+
+def test_hand_offs_are_recorded_only_for_a_callback(image_dir):
+    directory, df = image_dir
+    with rk.ImageDataGenerator().flow_from_dataframe(df, directory, target_size=(8, 8)) as it:
+        it[0]
+        assert it._handoffs.since(0.0) == []  # plain use keeps no per-batch log
+        rk.InputStallCallback(it, verbose=0)
+        it[0]
+        assert len(it._handoffs.since(0.0)) == 1

@@ -42,12 +42,8 @@ def lakefs_env() -> Iterator[LakeFSTarget]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _report_target(request: pytest.FixtureRequest, lakefs_env: LakeFSTarget) -> None:
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():
-            reporter.write_line(f"{__name__}: lakeFS tests run against {lakefs_env}")
+def _report_target(terminal_line, lakefs_env: LakeFSTarget) -> None:
+    terminal_line(f"{__name__}: lakeFS tests run against {lakefs_env}")
 
 
 @pytest.fixture

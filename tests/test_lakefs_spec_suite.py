@@ -51,12 +51,8 @@ def suite_target() -> Iterator[LakeFSTarget]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _report_target(request: pytest.FixtureRequest, suite_target: LakeFSTarget) -> None:
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():
-            reporter.write_line(f"{__name__}: lakefs-spec's suite runs against {suite_target}")
+def _report_target(terminal_line, suite_target: LakeFSTarget) -> None:
+    terminal_line(f"{__name__}: lakefs-spec's suite runs against {suite_target}")
 
 
 @pytest.fixture(scope="module")

@@ -253,6 +253,16 @@ def _pagination(page: list, has_more: bool, next_offset: str) -> dict[str, Any]:
     }
 
 
+def _paged_json(req: _Request, items: list[tuple[str, Any]]) -> _Response:
+    """One page of sorted `(key, result)` pairs, after `prefix` / `after` / `amount`."""
+    page, more = _page(
+        items, req.arg("prefix", "") or "", "", req.arg("after", "") or "", req.amount()
+    )
+    next_offset = page[-1][0] if page else ""
+    results = [result for _, result in page]
+    return _json(200, {"pagination": _pagination(page, more, next_offset), "results": results})
+
+
 def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     """Parses one `bytes=a-b` / `a-` / `-n` range (inclusive); `None` for no header."""
     if not header:
@@ -672,14 +682,7 @@ class _Api:
         search = req.arg("search", "") or ""
         with self.lock:
             items = [(n, self._repo_json(r)) for n, r in sorted(self.repos.items()) if search in n]
-        page, more = _page(
-            items, req.arg("prefix", "") or "", "", req.arg("after", "") or "", req.amount()
-        )
-        next_offset = page[-1][0] if page else ""
-        return _json(
-            200,
-            {"pagination": _pagination(page, more, next_offset), "results": [r for _, r in page]},
-        )
+        return _paged_json(req, items)
 
     def create_repository(self, req: _Request) -> _Response:
         body = req.json()
@@ -754,14 +757,7 @@ class _Api:
 
     def _ref_list(self, req: _Request, refs: Iterable[tuple[str, str]]) -> _Response:
         items = [(name, {"id": name, "commit_id": commit}) for name, commit in sorted(refs)]
-        page, more = _page(
-            items, req.arg("prefix", "") or "", "", req.arg("after", "") or "", req.amount()
-        )
-        next_offset = page[-1][0] if page else ""
-        return _json(
-            200,
-            {"pagination": _pagination(page, more, next_offset), "results": [r for _, r in page]},
-        )
+        return _paged_json(req, items)
 
     def list_tags(self, req: _Request) -> _Response:
         with self.lock:
