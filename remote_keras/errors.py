@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 # Protocol -> the extra of remote-keras that installs its backend.
@@ -44,7 +45,21 @@ _CONNECTION_ERRORS = {"MaxRetryError", "NewConnectionError", "ClientConnectorErr
 _SECRET_QUERY_KEYS = re.compile(r"(signature|token|key|credential|secret|password|sig)", re.I)
 
 
-class ImageLoadError(OSError):
+class _NamesUrl:
+    """Pickles as `type(url, message)` plus attributes, so errors cross process boundaries.
+
+    Exceptions pickle their `args` by default, which here hold only the
+    message: unpickling would then fail, and Keras's multiprocessing result
+    thread with it.
+    """
+
+    url: str
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.url, str(self)), dict(self.__dict__))
+
+
+class ImageLoadError(_NamesUrl, OSError):
     """Reading an image's bytes failed for a reason other than absence or permission.
 
     Attributes:
@@ -70,7 +85,7 @@ def gave_up(url: str, attempts: int, cause: BaseException) -> ImageLoadError:
     return error
 
 
-class ImageDecodeError(ValueError):
+class ImageDecodeError(_NamesUrl, ValueError):
     """The bytes read from `url` are not an image Pillow can decode.
 
     Attributes:
@@ -98,6 +113,9 @@ class InvalidRowsError(ValueError, TypeError):
     def __init__(self, message: str, rows: list) -> None:
         super().__init__(message)
         self.rows = rows
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.rows), dict(self.__dict__))
 
 
 def redact(url: str) -> str:

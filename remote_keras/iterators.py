@@ -19,6 +19,7 @@ import dataclasses
 import io
 import os
 import posixpath
+import sys
 import threading
 import time
 import warnings
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 from keras.src import backend
 from keras.src.legacy.preprocessing import image as keras_image
+from keras.src.trainers.epoch_iterator import EpochIterator
 from keras.src.utils import image_utils, io_utils
 
 from remote_keras import errors, sharding, storage
@@ -39,6 +41,7 @@ from remote_keras.loaders import Loader, decode_image, make_loader
 from remote_keras.prefetch import Prefetcher, WorkerPools
 from remote_keras.progress import progress_bar
 from remote_keras.retry import RetryPolicy, as_policy, fetch_with_retries
+from remote_keras.skips import SkipLog
 from remote_keras.stats import HandoffLog, LoaderStats, StatsRecorder
 
 # Global `np.random` is shared by every thread; Keras's augmentation draws from it.
@@ -48,6 +51,8 @@ DEFAULT_WORKERS = 4
 DEFAULT_PREFETCH_BATCHES = 4
 DEFAULT_MAX_IN_FLIGHT = 128
 DEFAULT_CACHE_MAX_BYTES = 10 * 2**30
+# Batches TensorFlow's `fit` reads (0 and 1) to infer the tensor spec before epoch 0.
+_SPEC_BATCHES = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,13 +119,18 @@ class RemoteBatchMixin:
         self.cache = DiskCache(cache_dir, cache_max_bytes) if cache_dir is not None else None
         self.retries = as_policy(retries)
         self.on_error = on_error
-        self.skipped: list[tuple[str, str]] = []  # (path, reason) of samples dropped
+        self._skips = SkipLog()
         self._stats = StatsRecorder()
         self._handoffs = HandoffLog()
         self._skips_warned: set[int] = set()
+        self._skips_reported = 0  # skips counted in the last end-of-epoch summary
         self._decode_workers = decode_workers
         self._per_process_state()
         self._epoch = 0
+        self._epoch_begun = False  # `on_epoch_begin()` seen since the epoch started
+        # Batches Keras read to infer the tensor spec before the epoch began, handed out again
+        # when the epoch asks for them; copies in worker processes get them too.
+        self._peeked: dict[tuple[int, int], Any] = {}
         self._stream_position = 0
         self._orders: dict[int, np.ndarray] = {}
         self._last_requested: int | None = None
@@ -190,7 +200,15 @@ class RemoteBatchMixin:
     @property
     def stats(self) -> LoaderStats:
         """Running statistics: images, bytes, requests, retries, cache hits, time waiting."""
-        return self._stats.snapshot()
+        return dataclasses.replace(self._stats.snapshot(), skipped=len(self.skipped))
+
+    @property
+    def skipped(self) -> list[tuple[str, str]]:
+        """`(url, reason)` of every sample dropped with `on_error="skip"`, oldest first.
+
+        Includes those skipped in Keras's worker processes (`use_multiprocessing=True`).
+        """
+        return self._skips.records()
 
     @property
     def retries_made(self) -> int:
@@ -253,6 +271,7 @@ class RemoteBatchMixin:
 
     def on_epoch_begin(self) -> None:
         """Called by Keras's `fit`; refuses to feed tf.distribute's splitting a shard."""
+        self._epoch_begun = True
         if (
             self.shard.count > 1
             and backend.backend() == "tensorflow"
@@ -350,15 +369,26 @@ class RemoteBatchMixin:
         with self.lock:
             self.total_batches_seen += 1
             epoch = self._epoch
+            peeked = self._peeked.pop((epoch, idx), None)
+        if peeked is not None:
+            self._handoffs.record(asked, time.perf_counter())
+            return peeked
+        with self.lock:
             previous, self._last_requested = self._last_requested, idx
             future, prefetched = self._start(epoch, idx)
+            peek = not self._epoch_begun and idx < _SPEC_BATCHES
         in_order = previous is None or 0 < idx - previous <= max(2, self.workers)
-        # Copies in other processes (Keras's `use_multiprocessing` workers) share the epoch's
-        # batches between them: a batch one built ahead would mostly be read again by another.
-        in_order = in_order and os.getpid() == self._home_pid
+        # With `use_multiprocessing`, Keras's worker processes build the epoch's batches: one
+        # built ahead here, or in one of them, would mostly be read again by another.
+        in_order = in_order and not self.use_multiprocessing and os.getpid() == self._home_pid
         ahead = range(idx + 1, min(idx + 1 + self.prefetch_batches, len(self)))
         keys = [(epoch, i) for i in ahead] if in_order else []
-        return self._result(future, prefetched, epoch, idx, keys, asked)
+        batch = self._result(future, prefetched, epoch, idx, keys, asked)
+        if peek:
+            with self.lock:
+                if epoch == self._epoch:
+                    self._peeked[(epoch, idx)] = batch
+        return batch
 
     def __next__(self):
         asked = time.perf_counter()
@@ -381,17 +411,37 @@ class RemoteBatchMixin:
             self._stream_position = -(-self._stream_position // length) * length
             self.batch_index = 0
 
+    @property
+    def epoch(self) -> int:
+        """The epoch (from 0) whose batches `iterator[i]` returns now."""
+        return self._epoch
+
     def on_epoch_end(self) -> None:
+        """Ends the epoch: the next batches come from the next epoch's order.
+
+        Keras's `fit`, `evaluate` and `predict` also call this when they reset
+        their epoch iterator before training (after TensorFlow reads batches 0
+        and 1 to infer the tensor spec, or JAX one batch to build the model).
+        Those calls do not end the epoch, and the batches read for them are
+        handed out again, so the first epoch `fit` trains on is epoch 0 and
+        each image is read once per epoch.
+        """
         self._ensure_process()
+        if _called_by_keras_reset():
+            return
         with self.lock:
-            if self._epoch in self._skips_warned:
+            skipped = self.skipped if self.on_error == "skip" else []
+            if len(skipped) > self._skips_reported:
+                self._skips_reported = len(skipped)
                 warnings.warn(
-                    f"{len(self.skipped)} sample(s) skipped so far (on_error='skip'), "
-                    f"last: {self.skipped[-1][0]}; see `iterator.skipped`.",
+                    f"{len(skipped)} sample(s) skipped so far (on_error='skip'), "
+                    f"last: {skipped[-1][0]}; see `iterator.skipped`.",
                     stacklevel=2,
                 )
             self._epoch += 1
+            self._epoch_begun = False
             self._last_requested = None
+            self._peeked.clear()
             self._prefetcher.clear()
             self.index_array = self._epoch_order(self._epoch)
 
@@ -494,9 +544,8 @@ class RemoteBatchMixin:
 
     def _record_skip(self, path: str, exc: BaseException) -> None:
         reason = f"{type(exc).__name__}: {exc}"
-        self._stats.add(skipped=1)
+        self._skips.add(path, reason)
         with self.lock:
-            self.skipped.append((path, reason))
             first_in_epoch = self._epoch not in self._skips_warned
             self._skips_warned.add(self._epoch)
         if first_in_epoch:
@@ -939,6 +988,24 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
         keras_image.Iterator.__init__(
             self, self.samples, kw["batch_size"], kw["shuffle"], kw["seed"]
         )
+
+
+def _called_by_keras_reset() -> bool:
+    """Whether Keras's `EpochIterator.reset()` is calling `on_epoch_end` (not an epoch's end).
+
+    `fit`, `evaluate` and `predict` reset their epoch iterator before the
+    first epoch, after peeking at the data; `evaluate` also resets before
+    every pass, right after the previous pass ended the epoch.
+    """
+    frame = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            return False
+        caller = frame.f_locals.get("self")
+        if frame.f_code.co_name == "reset" and isinstance(caller, EpochIterator):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _check_path_column(df, x_col: str) -> None:

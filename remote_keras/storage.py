@@ -39,6 +39,9 @@ PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
+# Filesystems a forked process inherited; kept alive, never used.
+_INHERITED: list[AbstractFileSystem] = []
+
 # Protocols whose servers cannot list a prefix; existence is checked per file.
 _UNLISTABLE = {"http", "https"}
 
@@ -120,6 +123,9 @@ class FileSystems:
             ValueError: the protocol is unknown.
         """
         if os.getpid() != self._pid:
+            # Forked: the parent's clients belong to its event loop thread, which does not
+            # exist here. Dropping them would run their finalizers on the wrong loop.
+            _INHERITED.extend(self._cache.values())
             self._cache.clear()
             self._pid = os.getpid()
         chained = "::" in url

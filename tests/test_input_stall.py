@@ -56,15 +56,17 @@ def test_a_slow_store_shows_as_input_wait(image_dir, workers):
     ) as it:
         stall, lines, history = _fit(it, step_delay=0.0)
     assert len(stall.reports) == 2
-    for report in stall.reports:
+    # Epoch 0 reuses batches 0 and 1, which TensorFlow read before it to infer the tensor spec.
+    for report, fetched in zip(stall.reports, (5, 7)):
         assert report.steps == len(it) == 7
-        # 7 batches at >= 0.15 s each, fetched one batch at a time by 1 worker, or 4 at once.
-        floor = 7 * 0.15 / workers * 0.8
+        # Batches at >= 0.15 s each, fetched one batch at a time by 1 worker, or 4 at once.
+        floor = fetched * 0.15 / workers * 0.8
         assert report.input_wait_s >= floor
         assert report.wait_fraction > 0.5
-        assert report.loader.images == 21 and report.loader.requests == 21
+        images = 3 * fetched
+        assert report.loader.images == images and report.loader.requests == images
     assert history.history["input_wait_fraction"] == [r.wait_fraction for r in stall.reports]
-    assert lines[0].startswith("Epoch 1: waited ") and "21 images" in lines[0]
+    assert lines[0].startswith("Epoch 1: waited ") and "15 images" in lines[0]
 
 
 def test_a_busy_model_fed_in_time_shows_little_input_wait(image_dir):

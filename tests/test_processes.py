@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 import remote_keras as rk
+from remote_keras import errors
 from tests.test_parity import assert_same_batch
 
 
@@ -136,3 +137,162 @@ def test_fit_with_multiprocessing_on_lakefs(start_method, image_dir):
         lakefs.Branch(name, "main", client=client).commit("images")
         losses = run_fit(start_method, f"lakefs://{name}/main/train", df, target.storage_options)
     assert len(losses) == 2 and all(np.isfinite(losses))
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        errors.ImageLoadError("s3://b/k.png", "Could not read 's3://b/k.png': boom"),
+        errors.gave_up("s3://b/k.png", 3, ConnectionResetError("reset")),
+        errors.ImageDecodeError("s3://b/k.png", "Cannot decode image 's3://b/k.png'"),
+        errors.InvalidRowsError("Rows 1, 2 are bad", [1, 2]),
+        errors.MissingBackendError("no gcsfs"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_every_error_pickles_with_its_attributes(error):
+    clone = pickle.loads(pickle.dumps(error))
+    assert type(clone) is type(error)
+    assert str(clone) == str(error)
+    assert clone.__dict__ == error.__dict__
+
+
+CORRUPT_FIT_SCRIPT = textwrap.dedent(
+    """
+    import json, multiprocessing, os, sys, time
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    multiprocessing.set_start_method(sys.argv[1], force=True)
+    import keras, pandas as pd
+    import remote_keras as rk
+
+    if __name__ == "__main__":
+        spec = json.loads(sys.argv[2])
+        gen = rk.ImageDataGenerator(storage_options=spec["options"], on_error=spec["on_error"])
+        it = gen.flow_from_dataframe(pd.DataFrame(spec["rows"]), spec["directory"],
+                                     target_size=(8, 8), batch_size=4, workers=2,
+                                     use_multiprocessing=True, seed=0)
+        model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                                  keras.layers.Dense(3, activation="softmax")])
+        model.compile("sgd", "categorical_crossentropy")
+        start = time.monotonic()
+        try:
+            model.fit(it, epochs=1, verbose=0)
+            print("FIT", json.dumps({"ok": True, "skipped": it.skipped,
+                                     "stats_skipped": it.stats.skipped}))
+        except Exception as exc:
+            print("FIT", json.dumps({"ok": False, "error": str(exc)[-3000:],
+                                     "seconds": time.monotonic() - start}))
+        it.close()
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def s3_with_corrupt_image(s3_images, s3fs_direct_module):
+    url, df = s3_images
+    bad = f"{url}/cat/corrupt.png"
+    s3fs_direct_module.pipe_file(bad.removeprefix("s3://"), b"this is not an image")
+    rows = df[["filename", "class"]].to_dict("records")
+    rows.insert(5, {"filename": "cat/corrupt.png", "class": "cat"})
+    return url, rows, bad
+
+
+@pytest.fixture(scope="module")
+def s3fs_direct_module(s3_server):
+    import s3fs
+
+    return s3fs.S3FileSystem(**s3_server.storage_options, skip_instance_cache=True)
+
+
+def _run_corrupt_fit(start_method, url, rows, options, on_error) -> dict:
+    import json
+
+    spec = {"rows": rows, "directory": url, "options": options, "on_error": on_error}
+    result = subprocess.run(
+        [sys.executable, "-c", CORRUPT_FIT_SCRIPT, start_method, json.dumps(spec)],
+        capture_output=True, text=True, timeout=180, check=False,
+        env=dict(os.environ, PYTHONPATH=os.getcwd()),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "attached to a different loop" not in result.stderr
+    line = next(x for x in result.stdout.splitlines() if x.startswith("FIT"))
+    return json.loads(line.split(" ", 1)[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_corrupt_image_ends_a_multiprocessing_fit_naming_it(
+    start_method, s3_with_corrupt_image, s3_options
+):
+    url, rows, bad = s3_with_corrupt_image
+    outcome = _run_corrupt_fit(start_method, url, rows, s3_options, "raise")
+    assert not outcome["ok"]
+    assert f"ImageDecodeError: Cannot decode image '{bad}'" in outcome["error"]
+    assert outcome["seconds"] < 30
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_samples_skipped_in_worker_processes_reach_the_parent(
+    start_method, s3_with_corrupt_image, s3_options
+):
+    url, rows, bad = s3_with_corrupt_image
+    outcome = _run_corrupt_fit(start_method, url, rows, s3_options, "skip")
+    assert outcome["ok"]
+    assert [path for path, _ in outcome["skipped"]] == [bad]
+    assert outcome["stats_skipped"] == 1
+
+
+INTERRUPT_SCRIPT = textwrap.dedent(
+    """
+    import json, multiprocessing, os, sys
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    multiprocessing.set_start_method(sys.argv[1], force=True)
+    import keras, pandas as pd
+    import remote_keras as rk
+
+    class Started(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                print("STARTED", flush=True)
+
+    if __name__ == "__main__":
+        spec = json.loads(sys.argv[2])
+        gen = rk.ImageDataGenerator(storage_options=spec["options"])
+        it = gen.flow_from_dataframe(pd.DataFrame(spec["rows"]), spec["directory"],
+                                     target_size=(8, 8), batch_size=2, workers=2,
+                                     use_multiprocessing=True, seed=0)
+        model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                                  keras.layers.Dense(3, activation="softmax")])
+        model.compile("sgd", "categorical_crossentropy")
+        model.fit(it, epochs=10_000, verbose=0, callbacks=[Started()])
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_ctrl_c_stops_a_multiprocessing_fit(start_method, s3_images, s3_options):
+    import json
+    import signal
+    import time
+
+    url, df = s3_images
+    spec = {"rows": df[["filename", "class"]].to_dict("records"), "directory": url,
+            "options": s3_options}  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPT_SCRIPT, start_method, json.dumps(spec)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env=dict(os.environ, PYTHONPATH=os.getcwd()), start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert any(line.startswith("STARTED") for line in process.stdout)
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+        start = time.monotonic()
+        process.wait(timeout=60)
+        assert time.monotonic() - start < 60
+        assert process.returncode != 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

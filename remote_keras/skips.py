@@ -1,0 +1,72 @@
+"""The samples an iterator dropped with `on_error="skip"`, from every process that read for it.
+
+With `use_multiprocessing=True`, Keras builds batches in worker processes
+that hold copies of the iterator; what they skip would otherwise stay there.
+Copies in other processes append one JSON line per skipped sample to a file
+of their own in a spool folder that the original iterator reads (and removes
+when it is garbage-collected). The folder is only created once a copy skips.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from typing import Any
+
+
+class SkipLog:
+    """Thread- and process-safe record of skipped samples as `(url, reason)`."""
+
+    def __init__(self) -> None:
+        self._home_pid = os.getpid()
+        self._spool = os.path.join(tempfile.gettempdir(), f"remote_keras-skips-{uuid.uuid4().hex}")
+        self._init_local()
+        weakref.finalize(self, _remove_spool, self._spool, self._home_pid)
+
+    def _init_local(self) -> None:
+        self._lock = threading.Lock()
+        self._local: list[tuple[float, str, str]] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_home_pid": self._home_pid, "_spool": self._spool}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_local()
+
+    def add(self, url: str, reason: str) -> None:
+        """Records one skipped sample."""
+        entry = (time.time(), url, reason)
+        with self._lock:
+            if os.getpid() == self._home_pid:
+                self._local.append(entry)
+                return
+            os.makedirs(self._spool, exist_ok=True)
+            line = json.dumps(entry) + "\n"
+            with open(os.path.join(self._spool, f"{os.getpid()}.jsonl"), "a") as f:
+                f.write(line)
+
+    def records(self) -> list[tuple[str, str]]:
+        """Every skip seen by this process, plus (in the original) those of its copies.
+
+        Returns:
+            `(url, reason)` pairs, oldest first.
+        """
+        with self._lock:
+            entries = list(self._local)
+        if os.getpid() == self._home_pid and os.path.isdir(self._spool):
+            for name in sorted(os.listdir(self._spool)):
+                with open(os.path.join(self._spool, name)) as f:
+                    entries += [tuple(json.loads(line)) for line in f if line.endswith("\n")]
+        return [(url, reason) for _, url, reason in sorted(entries)]
+
+
+def _remove_spool(spool: str, home_pid: int) -> None:
+    if os.getpid() == home_pid:  # a forked child's copy runs this at exit too
+        shutil.rmtree(spool, ignore_errors=True)
