@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from keras.src import backend
 from keras.src.legacy.preprocessing import image as keras_image
+from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
 from keras.src.trainers.epoch_iterator import EpochIterator
 from keras.src.utils import image_utils, io_utils
 
@@ -51,8 +52,6 @@ DEFAULT_WORKERS = 4
 DEFAULT_PREFETCH_BATCHES = 4
 DEFAULT_MAX_IN_FLIGHT = 128
 DEFAULT_CACHE_MAX_BYTES = 10 * 2**30
-# Batches TensorFlow's `fit` reads (0 and 1) to infer the tensor spec before epoch 0.
-_SPEC_BATCHES = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,7 +375,7 @@ class RemoteBatchMixin:
         with self.lock:
             previous, self._last_requested = self._last_requested, idx
             future, prefetched = self._start(epoch, idx)
-            peek = not self._epoch_begun and idx < _SPEC_BATCHES
+            peek = not self._epoch_begun and _called_by_keras("get_tf_dataset", PyDatasetAdapter)
         in_order = previous is None or 0 < idx - previous <= max(2, self.workers)
         # With `use_multiprocessing`, Keras's worker processes build the epoch's batches: one
         # built ahead here, or in one of them, would mostly be read again by another.
@@ -427,7 +426,7 @@ class RemoteBatchMixin:
         each image is read once per epoch.
         """
         self._ensure_process()
-        if _called_by_keras_reset():
+        if _called_by_keras("reset", EpochIterator):
             return
         with self.lock:
             skipped = self.skipped if self.on_error == "skip" else []
@@ -990,19 +989,20 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
         )
 
 
-def _called_by_keras_reset() -> bool:
-    """Whether Keras's `EpochIterator.reset()` is calling `on_epoch_end` (not an epoch's end).
+def _called_by_keras(method: str, owner: type) -> bool:
+    """Whether `owner.method`, a few frames up, is what calls the iterator.
 
-    `fit`, `evaluate` and `predict` reset their epoch iterator before the
-    first epoch, after peeking at the data; `evaluate` also resets before
-    every pass, right after the previous pass ended the epoch.
+    Tells two calls apart that Keras makes with no argument to say so:
+    `PyDatasetAdapter.get_tf_dataset()` reading batches 0 and 1 to infer the
+    tensor spec, and `EpochIterator.reset()` calling `on_epoch_end()` before
+    the first epoch (and, in `evaluate`, before every pass), which ends no
+    epoch.
     """
     frame = sys._getframe(2)
     for _ in range(4):
         if frame is None:
             return False
-        caller = frame.f_locals.get("self")
-        if frame.f_code.co_name == "reset" and isinstance(caller, EpochIterator):
+        if frame.f_code.co_name == method and isinstance(frame.f_locals.get("self"), owner):
             return True
         frame = frame.f_back
     return False
