@@ -23,20 +23,36 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-# Protocol -> the extra of remote-keras that installs its backend.
+# Protocol -> (the extra of remote-keras that installs its backend, the backend's package).
 EXTRAS_BY_PROTOCOL = {
-    "s3": "s3",
-    "s3a": "s3",
-    "gs": "gcs",
-    "gcs": "gcs",
-    "az": "azure",
-    "abfs": "azure",
-    "abfss": "azure",
-    "adl": "azure",
-    "http": "http",
-    "https": "http",
-    "lakefs": "lakefs",
+    "s3": ("s3", "s3fs"),
+    "s3a": ("s3", "s3fs"),
+    "gs": ("gcs", "gcsfs"),
+    "gcs": ("gcs", "gcsfs"),
+    "az": ("azure", "adlfs"),
+    "abfs": ("azure", "adlfs"),
+    "abfss": ("azure", "adlfs"),
+    "adl": ("azure", "adlfs"),
+    "http": ("http", "aiohttp"),
+    "https": ("http", "aiohttp"),
+    "lakefs": ("lakefs", "lakefs-spec"),
 }
+
+# Protocol family -> where credentials can be given, for errors about missing ones.
+_CREDENTIAL_HINTS = {
+    "s3": "storage_options={'key': ..., 'secret': ...} (or 'anon': True for a public bucket), "
+    "or the AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY environment variables",
+    "gs": "storage_options={'token': <path to a service account JSON>}, or the "
+    "GOOGLE_APPLICATION_CREDENTIALS environment variable",
+    "az": "storage_options={'account_name': ..., 'account_key': ...}, or the "
+    "AZURE_STORAGE_CONNECTION_STRING environment variable",
+    "lakefs": "storage_options={'host': ..., 'username': <access key id>, 'password': <secret>}, "
+    "the LAKECTL_SERVER_ENDPOINT_URL, LAKECTL_CREDENTIALS_ACCESS_KEY_ID and "
+    "LAKECTL_CREDENTIALS_SECRET_ACCESS_KEY environment variables, or ~/.lakectl.yaml",
+}
+_FAMILIES = {"s3a": "s3", "gcs": "gs", "abfs": "az", "abfss": "az", "adl": "az"}
+# Clients' names for "no credentials were found at all".
+_NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "NoAuthenticationFound"}
 
 _PERMISSION_ERRORS = {"PermissionDeniedError", "UnauthenticatedError"}
 # urllib3's (lakefs-sdk, requests) and aiohttp's, which do not derive from ConnectionError.
@@ -118,6 +134,15 @@ class InvalidRowsError(ValueError, TypeError):
         return (type(self), (str(self), self.rows), dict(self.__dict__))
 
 
+_BUILTIN_FAMILIES = (FileNotFoundError, PermissionError, ConnectionError, TimeoutError)
+
+
+def protocol_of(url: str) -> str:
+    """Returns the protocol of the innermost filesystem of `url` (`file` if local)."""
+    last = url.rsplit("::", 1)[-1]
+    return last.split("://", 1)[0] if "://" in last else "file"
+
+
 def redact(url: str) -> str:
     """Returns `url` without user info or secret-looking query values."""
     if "://" not in url:
@@ -143,12 +168,14 @@ def redact(url: str) -> str:
 def missing_backend(url: str, cause: ImportError) -> MissingBackendError:
     """Builds the error for a URL whose backend is not installed."""
     protocol = url.split("::")[-1].split("://", 1)[0] if "://" in url else "file"
-    extra = EXTRAS_BY_PROTOCOL.get(protocol)
-    hint = (
-        f"pip install 'remote-keras[{extra}]'"
-        if extra
-        else "install the fsspec implementation for this protocol"
-    )
+    if protocol in EXTRAS_BY_PROTOCOL:
+        extra, package = EXTRAS_BY_PROTOCOL[protocol]
+        hint = (
+            f"pip install {package} (in a clone of remote_keras, pip install '.[{extra}]' "
+            "installs it too)"
+        )
+    else:
+        hint = "install the fsspec implementation for this protocol"
     return MissingBackendError(
         f"Cannot read {redact(url)!r}: the {protocol!r} backend is not installed "
         f"({cause}). Fix: {hint}"
@@ -169,11 +196,17 @@ def translate(url: str, exc: BaseException) -> BaseException:
     if isinstance(exc, (ImageLoadError, ImageDecodeError, MissingBackendError)):
         return exc
     shown = redact(url)
+    if isinstance(exc, _BUILTIN_FAMILIES) and shown in str(exc):
+        return exc  # translated already, e.g. by a loader that calls `reading()` itself
     cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     kind = type(exc).__name__  # obstore's and lakefs-sdk's errors do not derive from builtins
     status = getattr(exc, "status", None) or getattr(exc, "status_code", None)
     if isinstance(exc, FileNotFoundError) or kind == "NotFoundError" or status in (404, 410):
         new: BaseException = FileNotFoundError(f"No such file or object: {shown!r} ({cause})")
+    elif kind in _NO_CREDENTIALS:
+        family = _FAMILIES.get(protocol_of(url), protocol_of(url))
+        where = _CREDENTIAL_HINTS.get(family, "storage_options")
+        new = PermissionError(f"No credentials found for {shown!r} ({cause}); give them in {where}")
     elif isinstance(exc, PermissionError) or kind in _PERMISSION_ERRORS or status in (401, 403):
         new = PermissionError(f"Access denied to {shown!r} ({cause}); check the credentials")
     elif isinstance(exc, ConnectionError) or kind in _CONNECTION_ERRORS:
@@ -181,7 +214,10 @@ def translate(url: str, exc: BaseException) -> BaseException:
     elif isinstance(exc, ImportError):
         new = missing_backend(url, exc)
     elif isinstance(exc, ValueError) and "Protocol not known" in str(exc):
-        new = ValueError(f"Unknown protocol in {shown!r} ({exc})")
+        new = ValueError(
+            f"Unknown protocol in {shown!r} ({exc}): fsspec has no filesystem for it. Pass "
+            "`loader=` a callable that reads such URLs, or install its fsspec implementation."
+        )
     else:
         new = ImageLoadError(shown, f"Could not read {shown!r}: {cause}")
     new.__cause__ = exc
@@ -193,5 +229,8 @@ def reading(url: str) -> Iterator[None]:
     """Context manager that re-raises storage errors for `url` translated."""
     try:
         yield
-    except Exception as exc:  # noqa: BLE001 - translated and re-raised
-        raise translate(url, exc) from exc
+    except Exception as exc:
+        new = translate(url, exc)
+        if new is exc:
+            raise
+        raise new from exc

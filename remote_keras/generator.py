@@ -7,6 +7,7 @@ from typing import Any
 
 from keras.src.legacy.preprocessing import image as keras_image
 
+from remote_keras import options
 from remote_keras.iterators import (
     DEFAULT_CACHE_MAX_BYTES,
     DEFAULT_MAX_IN_FLIGHT,
@@ -70,7 +71,7 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
     def __init__(
         self,
         *args: Any,
-        loader: Loader | None = None,
+        loader: Loader | str | None = None,
         storage_options: dict[str, Any] | None = None,
         workers: int = DEFAULT_WORKERS,
         prefetch_batches: int = DEFAULT_PREFETCH_BATCHES,
@@ -84,6 +85,18 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         progress: bool = True,
         **kwargs: Any,
     ) -> None:
+        options.check(
+            loader=loader,
+            storage_options=storage_options,
+            workers=workers,
+            prefetch_batches=prefetch_batches,
+            max_in_flight=max_in_flight,
+            decode_workers=decode_workers,
+            cache_dir=cache_dir,
+            cache_max_bytes=cache_max_bytes,
+            retries=retries,
+            on_error=on_error,
+        )
         super().__init__(*args, **kwargs)
         self.loader = loader
         self.storage_options = storage_options
@@ -101,7 +114,7 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         )
 
     def __repr__(self) -> str:  # storage options hold secrets: never shown
-        return f"<{type(self).__name__} loader={self.loader!r}>"
+        return f"<{type(self).__name__} loader={self.loader or 'fsspec'!r}>"
 
     def _iterator_options(self, **overrides: Any) -> dict[str, Any]:
         options: dict[str, Any] = dict(
@@ -128,7 +141,7 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         interpolation="nearest",
         keep_aspect_ratio=False,
         *,
-        loader: Loader | None = None,
+        loader: Loader | str | None = None,
         storage_options: dict[str, Any] | None = None,
         workers: int | None = None,
         use_multiprocessing: bool = False,
@@ -218,7 +231,7 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         interpolation="nearest",
         validate_filenames=True,
         *,
-        loader: Loader | None = None,
+        loader: Loader | str | None = None,
         storage_options: dict[str, Any] | None = None,
         workers: int | None = None,
         use_multiprocessing: bool = False,

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+import fsspec
 import numpy as np
 from keras.src import backend
 from keras.src.legacy.preprocessing import image as keras_image
@@ -35,10 +36,10 @@ from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
 from keras.src.trainers.epoch_iterator import EpochIterator
 from keras.src.utils import image_utils, io_utils
 
-from remote_keras import errors, sharding, storage
+from remote_keras import errors, options, sharding, storage
 from remote_keras.cache import DiskCache
 from remote_keras.lakefs import LakeFSPin, Pinner
-from remote_keras.loaders import Loader, decode_image, make_loader
+from remote_keras.loaders import FsspecLoader, Loader, ObstoreLoader, decode_image, make_loader
 from remote_keras.prefetch import Prefetcher, WorkerPools
 from remote_keras.progress import progress_bar
 from remote_keras.retry import RetryPolicy, as_policy, fetch_with_retries
@@ -93,18 +94,19 @@ class RemoteBatchMixin:
     ) -> None:
         self.shard = sharding.resolve(num_shards, shard_index, shard_remainder)
         self.progress = bool(progress)
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f'`on_error` must be "raise" or "skip". Received: {on_error!r}')
-        for name, value, least in (
-            ("workers", workers, 1),
-            ("max_queue_size", max_queue_size, 1),
-            ("prefetch_batches", prefetch_batches, 0),
-            ("max_in_flight", max_in_flight, 1),
-        ):
-            if not isinstance(value, int) or value < least:
-                raise ValueError(
-                    f"`{name}` must be an integer >= {least}. Received: {name}={value!r}"
-                )
+        options.check(
+            loader=loader,
+            storage_options=storage_options,
+            workers=workers,
+            max_queue_size=max_queue_size,
+            prefetch_batches=prefetch_batches,
+            max_in_flight=max_in_flight,
+            decode_workers=decode_workers,
+            cache_dir=cache_dir,
+            cache_max_bytes=cache_max_bytes,
+            retries=retries,
+            on_error=on_error,
+        )
         self.filesystems = storage.FileSystems(storage_options)
         self.loader = make_loader(loader, storage_options)
         self._pinner = Pinner(self.filesystems)
@@ -671,7 +673,7 @@ class RemoteBatchMixin:
     def __repr__(self) -> str:
         return (
             f"<{type(self).__name__} samples={self.n} batch_size={self.batch_size} "
-            f"directory={errors.redact(str(self.directory))!r}>"
+            f"directory={errors.redact(str(self.directory))!r} loader={self.loader!r}>"
         )
 
 
@@ -820,16 +822,10 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
         if not any(storage.is_url(path) for path in paths):
             return super()._filter_valid_filepaths(df, x_col)
         self._known_paths = dict(zip(names, paths))
-        if storage.is_url(str(self.directory)):
-            fs, root = self.filesystems.resolve(self._pinner.pin(str(self.directory)))
-            if not fs.exists(root):
-                raise FileNotFoundError(
-                    f"No such directory: {errors.redact(str(self.directory))!r}"
-                )
         with progress_bar(
             f"Checking {len(paths)} files", self.progress, "files", total=len(paths)
         ) as bar:
-            exists = storage.existing(paths, self.filesystems, bar)
+            exists = self._existing(paths, bar)
         formats = self.white_list_formats
         mask = np.array(
             [ok and path.lower().endswith(formats) for path, ok in zip(paths, exists)], dtype=bool
@@ -842,6 +838,61 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
                 stacklevel=2,
             )
         return df[mask]
+
+    def _existing(self, paths: list[str], bar: Any) -> list[bool]:
+        """Which of `paths` exist: asked of a custom loader's `exists`, else listed by fsspec.
+
+        Raises:
+            FileNotFoundError: `directory`, or a bucket or prefix that rows point
+                into, does not exist.
+            ValueError: a protocol fsspec does not know, with the default loader.
+        """
+        exists = getattr(self.loader, "exists", None)
+        custom = not isinstance(self.loader, (FsspecLoader, ObstoreLoader))
+        if callable(exists) and custom:
+            return list(self._pools.get("fetch").map(_exists_by(exists, bar), paths))
+        unknown = sorted(
+            {storage.protocol_of(p) for p in paths if storage.is_url(p)}
+            - set(fsspec.available_protocols())
+        )
+        if unknown and custom:
+            warnings.warn(
+                f"Cannot check that the {len(paths)} files exist: fsspec does not know the "
+                f"protocol(s) {unknown} and the loader has no `exists(path) -> bool` method. "
+                "Every row is kept (only its file extension is checked); pass "
+                "`validate_filenames=False` to skip the check without this warning, or give "
+                "the loader an `exists` method.",
+                stacklevel=4,
+            )
+            return [True] * len(paths)
+        if storage.is_url(str(self.directory)):
+            directory = self._pinner.pin(str(self.directory))
+            fs, root = self.filesystems.resolve(directory)
+            with errors.reading(directory):
+                there = fs.exists(root)
+            if not there:
+                raise FileNotFoundError(f"No such directory: {errors.redact(directory)!r}")
+        found, missing = storage.existing(paths, self.filesystems, bar)
+        if missing:
+            shown = ", ".join(repr(errors.redact(url)) for url in missing[:5])
+            raise FileNotFoundError(
+                f"No such bucket or prefix: {shown}: nothing is stored there, yet rows of the "
+                "dataframe point into it. Check the URLs (and `directory`)."
+            )
+        return found
+
+
+def _exists_by(exists: Any, bar: Any) -> Any:
+    """Wraps a loader's `exists(path)` to translate its errors and count on `bar`."""
+
+    def check(path: str) -> bool:
+        with errors.reading(path):
+            result = bool(exists(path))
+        if bar is not None:
+            bar.update(1)
+        return result
+
+    return check
 
 
 class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):

@@ -51,10 +51,12 @@ def is_url(path: str) -> bool:
     return "://" in path or "::" in path
 
 
-def protocol_of(url: str) -> str:
-    """Returns the protocol of the innermost filesystem of `url` (`file` if local)."""
-    last = url.rsplit("::", 1)[-1]
-    return last.split("://", 1)[0] if "://" in last else "file"
+protocol_of = errors.protocol_of
+
+
+def is_known_protocol(url: str) -> bool:
+    """Whether fsspec has a filesystem for `url`'s protocol (installed or not)."""
+    return is_url(url) and protocol_of(url) in fsspec.available_protocols()
 
 
 def join(directory: str | os.PathLike | None, filename: str) -> str:
@@ -204,7 +206,9 @@ def _common_dir(paths: Sequence[str]) -> str:
     return "/".join(common)
 
 
-def existing(urls: Sequence[str], filesystems: FileSystems, bar: Any = None) -> list[bool]:
+def existing(
+    urls: Sequence[str], filesystems: FileSystems, bar: Any = None
+) -> tuple[list[bool], list[str]]:
     """Tells which of `urls` exist as files, by listing rather than one request each.
 
     Local paths are checked with `os.path.isfile`, as stock Keras does. Remote
@@ -219,9 +223,12 @@ def existing(urls: Sequence[str], filesystems: FileSystems, bar: Any = None) -> 
         bar: Optional `tqdm` bar counting the URLs checked.
 
     Returns:
-        One boolean per URL.
+        `(found, missing)`: one boolean per URL, and the URLs of the parent
+        prefixes under which nothing of `urls` was found and which do not
+        exist at all (no bucket, or nothing stored under the prefix).
     """
     found = [False] * len(urls)
+    missing: list[str] = []
     remote = []
     for position, url in enumerate(urls):
         if is_url(url):
@@ -229,7 +236,7 @@ def existing(urls: Sequence[str], filesystems: FileSystems, bar: Any = None) -> 
         else:
             found[position] = os.path.isfile(url)
     if not remote:
-        return found
+        return found, missing
     groups = filesystems.group(url for _, url in remote)
     for fs, members in groups.items():
         positions = [remote[i][0] for i, _ in members]
@@ -241,12 +248,36 @@ def existing(urls: Sequence[str], filesystems: FileSystems, bar: Any = None) -> 
                 if bar is not None:
                     bar.update(1)
             continue
-        listed = _list_files(fs, sorted({posixpath.dirname(p) for p in paths}))
+        parents = sorted({posixpath.dirname(p) for p in paths})
+        listed = _list_files(fs, parents)
         for position, path in zip(positions, paths):
             found[position] = path in listed
         if bar is not None:
             bar.update(len(paths))
-    return found
+        missing += _missing_prefixes(fs, parents, listed)
+    return found, missing
+
+
+def _missing_prefixes(
+    fs: AbstractFileSystem, parents: Sequence[str], listed: set[str]
+) -> list[str]:
+    """The `parents` with no listed file that do not exist (at most 16 are checked)."""
+    present = {posixpath.dirname(path) for path in listed}
+    empty: list[str] = []
+    for parent in sorted(p for p in parents if p not in present):  # ancestors come first
+        if not any(parent.startswith(kept + "/") for kept in empty):
+            empty.append(parent)
+    buckets = sorted({parent.split("/", 1)[0] for parent in empty})
+    if empty and len(buckets) == 1 and buckets[0] != empty[0]:
+        empty.insert(0, buckets[0])  # a missing bucket is named once, as the bucket
+    missing: list[str] = []
+    for parent in empty[:16]:
+        if any(parent.startswith(gone + "/") for gone in missing):
+            continue
+        with errors.reading(fs.unstrip_protocol(parent)):
+            if not fs.exists(parent):
+                missing.append(parent)
+    return [fs.unstrip_protocol(parent) for parent in missing]
 
 
 def _list_files(fs: AbstractFileSystem, parents: Sequence[str]) -> set[str]:
@@ -258,7 +289,7 @@ def _list_files(fs: AbstractFileSystem, parents: Sequence[str]) -> set[str]:
     for root in roots:
         fs.invalidate_cache(root)
         try:
-            with errors.reading(root):
+            with errors.reading(fs.unstrip_protocol(root)):
                 if recursive:
                     listed.update(find(fs, root))
                 else:

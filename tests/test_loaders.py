@@ -140,11 +140,11 @@ def test_http_urls(image_dir, http_images):
         assert_same_batch(local[0], it[0])
 
 
-def test_missing_backend_names_the_extra():
+def test_missing_backend_names_the_package_and_the_extra():
     if _installed("gcsfs"):
         pytest.skip("gcsfs is installed here, so its absence cannot be shown")
     df = pd.DataFrame({"filename": ["gs://bucket/a.png"], "class": ["a"]})
-    with pytest.raises(ImportError, match=r"pip install 'remote-keras\[gcs\]'"):
+    with pytest.raises(ImportError, match=r"pip install gcsfs \(in a clone .*'\.\[gcs\]'"):
         rk.ImageDataGenerator().flow_from_dataframe(df)
 
 

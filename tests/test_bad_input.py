@@ -1,0 +1,148 @@
+"""Bad input fails at once, naming what is wrong, with the URL's scheme kept."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+
+import remote_keras as rk
+
+
+def _urls(df: pd.DataFrame, prefix: str) -> pd.DataFrame:
+    return df.assign(filename=prefix + df["filename"])
+
+
+def test_full_urls_into_a_missing_bucket_raise_naming_it(s3_images, s3_options):
+    _, df = s3_images
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with pytest.raises(FileNotFoundError, match=r"No such bucket or prefix: 's3://no-such-bucket'"):
+        gen.flow_from_dataframe(_urls(df, "s3://no-such-bucket/pets/"))
+
+
+def test_full_urls_into_a_missing_prefix_raise_naming_it(s3_images, s3_options):
+    url, df = s3_images
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with pytest.raises(FileNotFoundError, match=rf"'{url}/nope/cat'"):
+        gen.flow_from_dataframe(_urls(df, f"{url}/nope/"))
+
+
+def test_errors_while_checking_filenames_keep_the_scheme(s3_images, s3_options):
+    url, df = s3_images
+    gen = rk.ImageDataGenerator(storage_options=dict(s3_options, secret="wrong-secret-123"))
+    with pytest.raises(PermissionError, match=f"'{url}") as info:
+        gen.flow_from_dataframe(_urls(df, f"{url}/"))
+    assert "wrong-secret-123" not in str(info.value)
+
+
+@pytest.fixture
+def no_aws_credentials(monkeypatch, tmp_path):
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.mark.parametrize("validate_filenames", [True, False])
+def test_no_credentials_at_all_say_where_to_put_them(
+    s3_images, s3_options, no_aws_credentials, validate_filenames
+):
+    url, df = s3_images
+    options = {k: v for k, v in s3_options.items() if k not in ("key", "secret")}
+    gen = rk.ImageDataGenerator(storage_options=options)
+    with pytest.raises(
+        PermissionError, match=r"No credentials found for 's3://.*AWS_ACCESS_KEY_ID"
+    ):
+        gen.flow_from_dataframe(df, url, validate_filenames=validate_filenames)[0]
+
+
+def test_no_lakefs_configuration_says_where_to_put_it(monkeypatch, tmp_path):
+    for name in list(os.environ):
+        if name.startswith("LAKECTL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(PermissionError, match=r"'lakefs://repo/main/train'.*LAKECTL_"):
+        rk.ImageDataGenerator().flow_from_directory("lakefs://repo/main/train")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"storage_options": "s3://x"}, TypeError, "`storage_options` must be a dict"),
+        ({"loader": "boto3"}, TypeError, "Received: loader='boto3'"),
+        ({"loader": 42}, TypeError, "Received: loader=42"),
+        ({"on_error": "ignore"}, ValueError, "Received: 'ignore'"),
+        ({"workers": 0}, ValueError, "Received: workers=0"),
+        ({"prefetch_batches": -1}, ValueError, "Received: prefetch_batches=-1"),
+        ({"decode_workers": 0}, ValueError, "Received: decode_workers=0"),
+        ({"retries": "often"}, TypeError, "`retries` must be"),
+        ({"cache_dir": 3}, TypeError, "`cache_dir` must be"),
+    ],
+)
+def test_bad_arguments_are_rejected_by_the_generator(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        rk.ImageDataGenerator(**kwargs)
+
+
+def test_bad_arguments_are_rejected_by_flow_calls(image_dir):
+    directory, df = image_dir
+    with pytest.raises(ValueError, match="Received: 'ignore'"):
+        rk.ImageDataGenerator().flow_from_dataframe(df, directory, on_error="ignore")
+
+
+def test_reprs_name_the_loader_in_use(image_dir):
+    directory, df = image_dir
+    assert repr(rk.ImageDataGenerator()) == "<ImageDataGenerator loader='fsspec'>"
+    assert repr(rk.ImageDataGenerator(loader="obstore")) == "<ImageDataGenerator loader='obstore'>"
+    with rk.ImageDataGenerator().flow_from_dataframe(df, directory) as it:
+        assert "loader=FsspecLoader()" in repr(it)
+
+
+class FolderStore:
+    """A custom loader for `mystore://` URLs, a protocol fsspec does not know."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.read: list[str] = []
+
+    def __call__(self, path: str) -> bytes:
+        self.read.append(path)
+        with open(os.path.join(self.root, path.removeprefix("mystore://images/")), "rb") as f:
+            return f.read()
+
+
+class CheckingFolderStore(FolderStore):
+    def exists(self, path: str) -> bool:
+        return os.path.isfile(os.path.join(self.root, path.removeprefix("mystore://images/")))
+
+
+def test_custom_loader_for_an_unknown_protocol_warns_once_and_reads(image_dir):
+    directory, df = image_dir
+    store = FolderStore(directory)
+    with pytest.warns(UserWarning, match="validate_filenames=False") as caught:
+        it = rk.ImageDataGenerator().flow_from_dataframe(df, "mystore://images", loader=store)
+    assert sum("Cannot check" in str(w.message) for w in caught) == 1
+    with it:
+        assert it.n == len(df)
+        it[0]
+    assert store.read and all(path.startswith("mystore://images/") for path in store.read)
+
+
+def test_custom_loader_exists_is_asked_to_validate(image_dir):
+    directory, df = image_dir
+    rows = pd.concat([df, pd.DataFrame([{"filename": "cat/missing.png", "class": "cat"}])])
+    with pytest.warns(UserWarning, match="Found 1 invalid image filename"):
+        it = rk.ImageDataGenerator().flow_from_dataframe(
+            rows, "mystore://images", loader=CheckingFolderStore(directory)
+        )
+    with it:
+        assert it.n == len(df)
+
+
+def test_default_loader_with_an_unknown_protocol_says_to_pass_a_loader(image_dir):
+    _, df = image_dir
+    with pytest.raises(ValueError, match=r"Unknown protocol in 'mystore://images'.*`loader=`"):
+        rk.ImageDataGenerator().flow_from_dataframe(df, "mystore://images")
