@@ -47,8 +47,9 @@ class EpochInputReport:
                 f"training ({self.wait_fraction:.0%})"
             )
         return (
-            f"Epoch {self.epoch + 1}: {waited}; loader: {loader.images} images at "
-            f"{loader.images_per_s:.1f} images/s, {loader.bytes / 2**20:.1f} MiB, "
+            f"Epoch {self.epoch + 1}: {waited}; loader: {loader.images} images, "
+            f"{loader.load_images_per_s:.1f} images/s while loading ({loader.load_s:.2f} s), "
+            f"{loader.bytes / 2**20:.1f} MiB, "
             f"{loader.requests} requests, {loader.retries} retries, "
             f"{loader.cache_hits} cache hits; thread-seconds fetching {loader.fetch_s:.2f}, "
             f"decoding {loader.decode_s:.2f}"
@@ -135,9 +136,12 @@ def _difference(now: LoaderStats, before: LoaderStats, elapsed_s: float) -> Load
     counts = {
         field.name: getattr(now, field.name) - getattr(before, field.name)
         for field in dataclasses.fields(LoaderStats)
-        if field.name not in ("elapsed_s", "images_per_s")
+        if field.name not in ("elapsed_s", "images_per_s", "load_images_per_s")
     }
-    images = counts["images"]
+    images, load_s = counts["images"], counts["load_s"]
     return LoaderStats(
-        **counts, elapsed_s=elapsed_s, images_per_s=images / elapsed_s if elapsed_s else 0.0
+        **counts,
+        elapsed_s=elapsed_s,
+        images_per_s=images / elapsed_s if elapsed_s else 0.0,
+        load_images_per_s=images / load_s if load_s else 0.0,
     )

@@ -489,18 +489,17 @@ class RemoteBatchMixin:
         """
         if prefetched:
             self._look_ahead(ahead)
-        self._stats.add()  # starts the clock at the first request
-        waiting = time.perf_counter()
-        try:
-            plan, batch_x = future.result()
-        except Exception:
-            if not prefetched:
-                raise
-            # A batch built ahead failed: try once more now, and raise from that attempt.
-            with self.lock:
-                build = self._task(epoch, index)
-            plan, batch_x = build()
-        self._stats.add(wait_s=time.perf_counter() - waiting, batches=1)
+        with self._stats.busy("wait_s"):
+            try:
+                plan, batch_x = future.result()
+            except Exception:
+                if not prefetched:
+                    raise
+                # A batch built ahead failed: try once more now, and raise from that attempt.
+                with self.lock:
+                    build = self._task(epoch, index)
+                plan, batch_x = build()
+        self._stats.add(batches=1)
         if not prefetched:
             self._look_ahead(ahead)
         batch = self._assemble(plan, batch_x)
@@ -514,6 +513,10 @@ class RemoteBatchMixin:
             `(plan, batch_x)`; with `on_error="skip"`, unreadable samples are
             dropped from both.
         """
+        with self._stats.busy("load_s"):
+            return self._load_samples(plan)
+
+    def _load_samples(self, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
         filepaths = self.filepaths
         paths = [filepaths[j] for j in plan.indices]
         batch_x = np.empty((len(paths),) + self.image_shape, dtype=self.dtype)  # all rows set below

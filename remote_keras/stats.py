@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import dataclasses
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
 class LoaderStats:
     """A snapshot of what an iterator has done since it was built.
+
+    Counts (`images`, `requests`, ...) add up over every thread of this
+    process; durations ending in `_s` are wall-clock seconds unless they say
+    thread-seconds, and none exceeds `elapsed_s`.
 
     Attributes:
         batches: Batches handed to the caller.
@@ -21,15 +27,19 @@ class LoaderStats:
         requests: Read attempts sent to the loader, retries included.
         retries: Of those, retries of transient failures.
         cache_hits: Files served by the disk cache.
-        skipped: Samples dropped with `on_error="skip"`.
-        fetch_s: Thread-seconds spent fetching bytes.
+        skipped: Samples dropped with `on_error="skip"` (in Keras's worker
+            processes too).
+        fetch_s: Thread-seconds spent fetching bytes (summed over threads).
         decode_s: Thread-seconds spent decoding, resizing and augmenting.
-        wait_s: Seconds callers of `__getitem__`/`next()` spent waiting for a
-            batch, summed over calling threads (with Keras's `workers > 1`
-            these are worker threads, so this is not the time training
-            itself stalled).
+        load_s: Seconds during which at least one batch was being built.
+        wait_s: Seconds during which at least one caller of
+            `__getitem__`/`next()` was waiting for a batch.
         elapsed_s: Seconds since the first batch was asked for.
-        images_per_s: `images / elapsed_s`.
+        images_per_s: `images / elapsed_s`: includes the time the caller
+            spent elsewhere (training, in `fit`), so it is the rate training
+            consumed images, not what the pipeline can deliver.
+        load_images_per_s: `images / load_s`: what the pipeline delivers
+            while it works, whatever the caller does between batches.
     """
 
     batches: int = 0
@@ -41,18 +51,25 @@ class LoaderStats:
     skipped: int = 0
     fetch_s: float = 0.0
     decode_s: float = 0.0
+    load_s: float = 0.0
     wait_s: float = 0.0
     elapsed_s: float = 0.0
     images_per_s: float = 0.0
+    load_images_per_s: float = 0.0
 
 
 class StatsRecorder:
-    """Thread-safe counters behind `iterator.stats`."""
+    """Thread-safe counters behind `iterator.stats`.
+
+    `busy(name)` measures the wall-clock time during which at least one
+    thread is inside it, so overlapping batches or callers count once.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, float] = {}
         self._started: float | None = None
+        self._active: dict[str, tuple[int, float]] = {}  # name -> (threads inside, since)
 
     def __getstate__(self) -> dict[str, Any]:
         return {}  # counters are per process
@@ -67,15 +84,47 @@ class StatsRecorder:
             for name, amount in amounts.items():
                 self._counts[name] = self._counts.get(name, 0) + amount
 
+    @contextlib.contextmanager
+    def busy(self, name: str) -> Iterator[None]:
+        """Adds to `name` the wall-clock time while any thread is inside this block."""
+        self._enter(name)
+        try:
+            yield
+        finally:
+            self._leave(name)
+
+    def _enter(self, name: str) -> None:
+        now = time.perf_counter()
+        with self._lock:
+            if self._started is None:
+                self._started = now
+            inside, since = self._active.get(name, (0, now))
+            self._active[name] = (inside + 1, since if inside else now)
+
+    def _leave(self, name: str) -> None:
+        now = time.perf_counter()
+        with self._lock:
+            inside, since = self._active[name]
+            if inside == 1:
+                del self._active[name]
+                self._counts[name] = self._counts.get(name, 0) + now - since
+            else:
+                self._active[name] = (inside - 1, since)
+
     def snapshot(self) -> LoaderStats:
+        now = time.perf_counter()
         with self._lock:
             counts = dict(self._counts)
-            elapsed = time.perf_counter() - self._started if self._started else 0.0
+            for name, (_, since) in self._active.items():  # still inside: count up to now
+                counts[name] = counts.get(name, 0) + now - since
+            elapsed = now - self._started if self._started else 0.0
         images = int(counts.get("images", 0))
+        load_s = counts.get("load_s", 0.0)
         return LoaderStats(
             **{k: type(getattr(LoaderStats, k))(v) for k, v in counts.items()},
             elapsed_s=elapsed,
             images_per_s=images / elapsed if elapsed else 0.0,
+            load_images_per_s=images / load_s if load_s else 0.0,
         )
 
 

@@ -26,3 +26,25 @@ def test_stats_count_images_bytes_requests_and_cache_hits(
     assert stats.bytes == 2 * size
     assert stats.decode_s > 0 and stats.fetch_s > 0 and stats.wait_s > 0
     assert stats.images_per_s > 0 and stats.retries == 0 and stats.skipped == 0
+
+
+def test_rates_and_waits_are_wall_clock_and_exclude_time_away(image_dir):
+    import time
+
+    directory, df = image_dir
+    gen = rk.ImageDataGenerator()
+    with gen.flow_from_dataframe(
+        df, directory, target_size=(6, 6), batch_size=3, workers=4, prefetch_batches=0
+    ) as it:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(4) as pool:  # four callers waiting at once
+            list(pool.map(lambda i: it[i], range(len(it))))
+        time.sleep(1.0)  # the caller away, e.g. training
+        it[0]
+        stats = it.stats
+    assert stats.wait_s <= stats.elapsed_s
+    assert stats.load_s <= stats.elapsed_s - 0.9  # the second away is not loading time
+    assert stats.load_images_per_s > stats.images_per_s
+    assert stats.images_per_s == stats.images / stats.elapsed_s
+    assert stats.load_images_per_s == stats.images / stats.load_s
