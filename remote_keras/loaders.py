@@ -747,8 +747,13 @@ def decode_image(
             raise
         shown = errors.redact(url)
         raise errors.ImageDecodeError(
-            shown, f"Cannot decode image {shown!r}: {type(exc).__name__}: {exc}"
+            shown, f"Cannot decode image {shown!r}: {type(exc).__name__}: {_without_buffer(exc)}"
         ) from exc
+
+
+def _without_buffer(exc: BaseException) -> str:
+    """Pillow's message without the in-memory buffer's repr (`<_io.BytesIO object at 0x...>`)."""
+    return re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(exc))
 
 
 # `load_img`'s own messages for bad arguments, which are not data errors.
