@@ -86,7 +86,7 @@ class InputStallCallback(keras.callbacks.Callback):
     ) -> None:
         super().__init__()
         self.iterator = iterator
-        iterator._handoffs.enabled = True
+        iterator.handoffs.enabled = True
         self.verbose = verbose
         self.print_fn = print_fn or print
         self.reports: list[EpochInputReport] = []
@@ -114,7 +114,7 @@ class InputStallCallback(keras.callbacks.Callback):
     def _report(self, epoch: int) -> EpochInputReport:
         steps = len(self._step_ends)
         train_s = (self._step_ends[-1] if steps else time.perf_counter()) - self._epoch_start
-        handoffs = self.iterator._handoffs.since(self._epoch_start)[:steps]
+        handoffs = self.iterator.handoffs.since(self._epoch_start)[:steps]
         wait: float | None = None
         if handoffs or not steps:
             wait, available = 0.0, 0.0

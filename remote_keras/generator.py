@@ -6,18 +6,10 @@ import warnings
 from typing import Any
 
 from keras.src.legacy.preprocessing import image as keras_image
+from typing_extensions import Unpack
 
-from remote_keras import options
-from remote_keras.iterators import (
-    DEFAULT_CACHE_MAX_BYTES,
-    DEFAULT_MAX_IN_FLIGHT,
-    DEFAULT_PREFETCH_BATCHES,
-    DEFAULT_WORKERS,
-    DataFrameIterator,
-    DirectoryIterator,
-)
-from remote_keras.loaders import Loader
-from remote_keras.retry import RetryPolicy
+from remote_keras.iterators import DataFrameIterator, DirectoryIterator
+from remote_keras.options import LoaderOptions, LoaderOverrides, split
 
 _DEPRECATED_DATAFRAME_KWARGS = {
     "has_ext": "`has_ext` is deprecated: filenames in the dataframe must match the stored "
@@ -32,30 +24,20 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
     """Keras's `ImageDataGenerator` that reads images from local disk or object storage.
 
     Takes every argument of `keras.preprocessing.image.ImageDataGenerator`
-    (augmentation, normalization, `validation_split`, ...) unchanged, plus the
-    keyword-only defaults below for the iterators that `flow_from_dataframe`
-    and `flow_from_directory` build; each can be overridden per call.
+    (augmentation, normalization, `validation_split`, ...) unchanged, plus
+    remote_keras's keyword arguments (the fields of `LoaderOptions`: `loader`,
+    `storage_options`, `workers`, `cache_dir`, `retries`, `on_error`,
+    `num_shards`, ...), which become the defaults of the iterators that
+    `flow_from_dataframe` and `flow_from_directory` build. Each call can
+    override any of them by name; passing `None` there means the option's
+    own `None` (e.g. `cache_dir=None`: no cache for this call).
 
     Args:
         *args: Positional arguments of Keras's `ImageDataGenerator`.
-        loader: Callable `path -> bytes | file-like | PIL.Image | ndarray`
-            doing all reads, or `"fsspec"` (the default) or `"obstore"`.
-        storage_options: Passed to fsspec (credentials, `endpoint_url`, ...).
-        workers: Threads Keras's `fit` uses to request batches. Defaults to 4.
-        prefetch_batches: Batches built ahead when read in order. Defaults to 4.
-        max_in_flight: Requests in flight for loaders without `load_many`.
-            Defaults to 128.
-        decode_workers: Decoding threads; defaults to one per core.
-        jpeg_draft: Decode large JPEGs at reduced scale; faster, but pixels
-            differ from stock Keras's. Defaults to `False`.
-        cache_dir: Local folder caching fetched files for later epochs; off
-            when `None` (the default).
-        cache_max_bytes: Size limit of `cache_dir`. Defaults to 10 GiB.
-        retries: `RetryPolicy` or attempts per file for transient failures.
-        on_error: `"raise"` (default) or `"skip"` unreadable samples.
-        progress: Progress bars for listings and checks over 2 seconds.
-            Defaults to `True`; `TQDM_DISABLE=1` also turns them off.
-        **kwargs: Keyword arguments of Keras's `ImageDataGenerator`.
+        options: A `LoaderOptions` to start from (the keyword arguments
+            below override its fields).
+        **kwargs: Keyword arguments of Keras's `ImageDataGenerator`, and
+            `LoaderOptions` fields.
 
     Example:
 
@@ -68,60 +50,23 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
     ```
     """
 
-    def __init__(
-        self,
-        *args: Any,
-        loader: Loader | str | None = None,
-        storage_options: dict[str, Any] | None = None,
-        workers: int = DEFAULT_WORKERS,
-        prefetch_batches: int = DEFAULT_PREFETCH_BATCHES,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        decode_workers: int | None = None,
-        jpeg_draft: bool = False,
-        cache_dir: str | None = None,
-        cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
-        retries: RetryPolicy | int | None = None,
-        on_error: str = "raise",
-        progress: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        options.check(
-            loader=loader,
-            storage_options=storage_options,
-            workers=workers,
-            prefetch_batches=prefetch_batches,
-            max_in_flight=max_in_flight,
-            decode_workers=decode_workers,
-            cache_dir=cache_dir,
-            cache_max_bytes=cache_max_bytes,
-            retries=retries,
-            on_error=on_error,
-        )
-        super().__init__(*args, **kwargs)
-        self.loader = loader
-        self.storage_options = storage_options
-        self._iterator_defaults = dict(
-            workers=workers,
-            prefetch_batches=prefetch_batches,
-            max_in_flight=max_in_flight,
-            decode_workers=decode_workers,
-            jpeg_draft=jpeg_draft,
-            cache_dir=cache_dir,
-            cache_max_bytes=cache_max_bytes,
-            retries=retries,
-            on_error=on_error,
-            progress=progress,
-        )
+    def __init__(self, *args: Any, options: LoaderOptions | None = None, **kwargs: Any) -> None:
+        ours, keras_kwargs = split(kwargs)
+        self.options = (options or LoaderOptions()).merged(ours)
+        super().__init__(*args, **keras_kwargs)
+
+    @property
+    def loader(self) -> Any:
+        """The default `loader` of the iterators this generator builds."""
+        return self.options.loader
+
+    @property
+    def storage_options(self) -> Any:
+        """The default `storage_options` of the iterators this generator builds."""
+        return self.options.storage_options
 
     def __repr__(self) -> str:  # storage options hold secrets: never shown
-        return f"<{type(self).__name__} loader={self.loader or 'fsspec'!r}>"
-
-    def _iterator_options(self, **overrides: Any) -> dict[str, Any]:
-        options: dict[str, Any] = dict(
-            self._iterator_defaults, loader=self.loader, storage_options=self.storage_options
-        )
-        options.update({k: v for k, v in overrides.items() if v is not None})
-        return options
+        return f"<{type(self).__name__} loader={self.options.loader!r}>"
 
     def flow_from_directory(
         self,
@@ -140,32 +85,14 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         subset=None,
         interpolation="nearest",
         keep_aspect_ratio=False,
-        *,
-        loader: Loader | str | None = None,
-        storage_options: dict[str, Any] | None = None,
-        workers: int | None = None,
-        use_multiprocessing: bool = False,
-        max_queue_size: int = 10,
-        prefetch_batches: int | None = None,
-        max_in_flight: int | None = None,
-        decode_workers: int | None = None,
-        jpeg_draft: bool | None = None,
-        cache_dir: str | None = None,
-        cache_max_bytes: int | None = None,
-        retries: RetryPolicy | int | None = None,
-        on_error: str | None = None,
-        progress: bool | None = None,
-        num_shards: int | None = None,
-        shard_index: int | None = None,
-        shard_remainder: str = "pad",
+        **overrides: Unpack[LoaderOverrides],
     ) -> DirectoryIterator:
         """Iterates over a folder with one sub-folder per class, local or remote.
 
         Args are those of Keras's `flow_from_directory`; `directory` may be a
         URL such as `"s3://bucket/train"` or `"lakefs://repo/main/train"`.
-        The keyword-only arguments override the generator's defaults;
-        `num_shards`, `shard_index` and `shard_remainder` split the data
-        between training workers (see `remote_keras.DataFrameIterator`).
+        Keyword arguments named like `LoaderOptions` fields override the
+        generator's options for this iterator.
 
         Returns:
             A `remote_keras.DirectoryIterator` yielding `(x, y)` batches.
@@ -189,25 +116,7 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
             subset=subset,
             interpolation=interpolation,
             dtype=self.dtype,
-            use_multiprocessing=use_multiprocessing,
-            max_queue_size=max_queue_size,
-            num_shards=num_shards,
-            shard_index=shard_index,
-            shard_remainder=shard_remainder,
-            **self._iterator_options(
-                loader=loader,
-                storage_options=storage_options,
-                workers=workers,
-                prefetch_batches=prefetch_batches,
-                max_in_flight=max_in_flight,
-                decode_workers=decode_workers,
-                jpeg_draft=jpeg_draft,
-                cache_dir=cache_dir,
-                cache_max_bytes=cache_max_bytes,
-                retries=retries,
-                on_error=on_error,
-                progress=progress,
-            ),
+            options=self.options.merged(overrides),
         )
 
     def flow_from_dataframe(
@@ -230,43 +139,26 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
         subset=None,
         interpolation="nearest",
         validate_filenames=True,
-        *,
-        loader: Loader | str | None = None,
-        storage_options: dict[str, Any] | None = None,
-        workers: int | None = None,
-        use_multiprocessing: bool = False,
-        max_queue_size: int = 10,
-        prefetch_batches: int | None = None,
-        max_in_flight: int | None = None,
-        decode_workers: int | None = None,
-        jpeg_draft: bool | None = None,
-        cache_dir: str | None = None,
-        cache_max_bytes: int | None = None,
-        retries: RetryPolicy | int | None = None,
-        on_error: str | None = None,
-        progress: bool | None = None,
-        num_shards: int | None = None,
-        shard_index: int | None = None,
-        shard_remainder: str = "pad",
-        **kwargs: Any,
+        **overrides: Unpack[LoaderOverrides],
     ) -> DataFrameIterator:
         """Iterates over images named in a dataframe, local or remote.
 
         Args are those of Keras's `flow_from_dataframe`; `directory` may be a
         URL prefix and `x_col` may hold full URLs (`s3://`, `gs://`, `az://`,
         `http(s)://`, `lakefs://`, `memory://`, chained `simplecache::s3://`).
-        As in Keras, other keyword arguments are ignored (with a warning
-        here), `keep_aspect_ratio` included. `num_shards`, `shard_index` and
-        `shard_remainder` split the data between training workers (see
-        `remote_keras.DataFrameIterator`).
+        Keyword arguments named like `LoaderOptions` fields override the
+        generator's options for this iterator. As in Keras, other keyword
+        arguments are ignored (with a warning here), `keep_aspect_ratio`
+        included.
 
         Returns:
             A `remote_keras.DataFrameIterator`.
         """
+        ours, ignored = split(dict(overrides))
         for name, message in _DEPRECATED_DATAFRAME_KWARGS.items():
-            if name in kwargs:
+            if name in ignored:
                 warnings.warn(message, DeprecationWarning, stacklevel=2)
-        unknown = sorted(set(kwargs) - set(_DEPRECATED_DATAFRAME_KWARGS))
+        unknown = sorted(set(ignored) - set(_DEPRECATED_DATAFRAME_KWARGS))
         if unknown:
             warnings.warn(
                 f"flow_from_dataframe ignores these arguments, as Keras does: {unknown}",
@@ -302,23 +194,5 @@ class ImageDataGenerator(keras_image.ImageDataGenerator):
             interpolation=interpolation,
             validate_filenames=validate_filenames,
             dtype=self.dtype,
-            use_multiprocessing=use_multiprocessing,
-            max_queue_size=max_queue_size,
-            num_shards=num_shards,
-            shard_index=shard_index,
-            shard_remainder=shard_remainder,
-            **self._iterator_options(
-                loader=loader,
-                storage_options=storage_options,
-                workers=workers,
-                prefetch_batches=prefetch_batches,
-                max_in_flight=max_in_flight,
-                decode_workers=decode_workers,
-                jpeg_draft=jpeg_draft,
-                cache_dir=cache_dir,
-                cache_max_bytes=cache_max_bytes,
-                retries=retries,
-                on_error=on_error,
-                progress=progress,
-            ),
+            options=self.options.merged(ours),
         )

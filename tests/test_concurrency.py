@@ -67,7 +67,7 @@ def test_in_order_reads_are_prefetched(image_dir):
         start = time.perf_counter()
         it[1]
         waited = time.perf_counter() - start
-    assert fetched_ahead >= 3 * it.prefetch_batches
+    assert fetched_ahead >= 3 * it.options.prefetch_batches
     assert waited < 0.05
 
 
@@ -80,7 +80,7 @@ def test_random_order_does_not_prefetch_wrongly(image_dir):
             it[idx]
         time.sleep(0.2)
     # Only the first read (whose predecessor is unknown) may start look-ahead.
-    assert loader.calls <= 3 * (5 + it.prefetch_batches)
+    assert loader.calls <= 3 * (5 + it.options.prefetch_batches)
 
 
 def test_concurrent_getitem_covers_every_sample_exactly_once(image_dir):

@@ -46,7 +46,7 @@ def _indexed(df: pd.DataFrame) -> pd.DataFrame:
 
 def _epoch_batches(it, epoch: int) -> set[frozenset[int]]:
     """The batches of `epoch` read by hand from a fresh copy of the iterator's configuration."""
-    return {frozenset(int(v) for v in it.labels[it._epoch_order(epoch)[i : i + 4]]) for i in
+    return {frozenset(int(v) for v in it.labels[it._planner.order(epoch)[i : i + 4]]) for i in
             range(0, it.n, 4)}  # fmt: skip
 
 

@@ -114,7 +114,7 @@ def test_hand_offs_are_recorded_only_for_a_callback(image_dir):
     directory, df = image_dir
     with rk.ImageDataGenerator().flow_from_dataframe(df, directory, target_size=(8, 8)) as it:
         it[0]
-        assert it._handoffs.since(0.0) == []  # plain use keeps no per-batch log
+        assert it.handoffs.since(0.0) == []  # plain use keeps no per-batch log
         rk.InputStallCallback(it, verbose=0)
         it[0]
-        assert len(it._handoffs.since(0.0)) == 1
+        assert len(it.handoffs.since(0.0)) == 1

@@ -22,7 +22,7 @@ from remote_keras import sharding
 def _sample_ids(it) -> list[int]:
     """Indices of the samples an iterator yields over one epoch, read from the plans."""
     with it.lock:
-        order = it._epoch_order(it._epoch)
+        order = it._planner.order(it.epoch)
     return [int(j) for j in order]
 
 
@@ -81,7 +81,7 @@ def test_flow_from_directory_shards_too(image_dir, s3_images, s3_options, remote
         ) as it:
             assert len(it) == 3  # 21 images: 11 per shard (one padded), batches of 4, 4, 3
             with it.lock:
-                seen.append([it.filenames[j] for j in it._epoch_order(0)])
+                seen.append([it.filenames[j] for j in it._planner.order(0)])
             assert sum(len(it[i][0]) for i in range(len(it))) == 11
     assert len(seen[0]) == len(seen[1]) == 11
     assert set(seen[0]) | set(seen[1]) == set(it.filenames)

@@ -1,0 +1,127 @@
+"""Building one batch: fetch its files, decode and augment them on threads, pair them with labels.
+
+The functions take the iterator, whose Keras attributes (`color_mode`,
+`target_size`, `class_mode`, `classes`, `save_to_dir`, ...) they read at
+each call, as Keras's own `_get_batches_of_transformed_samples` does.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from typing import Any
+
+import numpy as np
+from keras.src.utils import image_utils
+
+from remote_keras import storage
+from remote_keras.epochs import BatchPlan
+from remote_keras.loaders import decode_image
+
+Batch = Any  # `x`, `(x, y)` or `(x, y, sample_weight)`
+
+
+def load(it: Any, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
+    """Fetches and decodes the samples of `plan` into one array.
+
+    Args:
+        it: The iterator.
+        plan: The batch's samples and transforms.
+
+    Returns:
+        `(plan, batch_x)`; with `on_error="skip"`, unreadable samples are
+        dropped from both.
+    """
+    with it._stats.busy("load_s"):
+        filepaths = it.filepaths
+        paths = [filepaths[j] for j in plan.indices]
+        batch_x = np.empty((len(paths),) + it.image_shape, dtype=it.dtype)  # every row set below
+        if not paths:
+            return plan, batch_x
+        decode_pool = it._pools.get("decode")
+        futures = []
+        for i, data in enumerate(it._fetcher.fetch(paths, it._pools.get("fetch"))):
+            transform = plan.transforms[i] if plan.transforms is not None else None
+            futures.append(decode_pool.submit(_sample, it, data, paths[i], transform))
+        kept = []
+        try:
+            for i, future in enumerate(futures):
+                try:
+                    batch_x[i] = future.result()
+                    kept.append(i)
+                except (OSError, ValueError) as exc:
+                    if it.options.on_error != "skip" or isinstance(exc, PermissionError):
+                        raise  # credentials are configuration, not a bad sample
+                    it._record_skip(paths[i], exc)
+        finally:
+            for future in futures:
+                future.cancel()
+    if len(kept) == len(paths):
+        return plan, batch_x
+    return plan.keep(kept), batch_x[kept]
+
+
+def _sample(it: Any, data: Any, path: str, transform: dict | None) -> np.ndarray:
+    """Decodes one image and applies the generator's transform and standardization."""
+    if isinstance(data, BaseException):
+        raise data
+    start = time.perf_counter()
+    try:
+        img = decode_image(
+            data,
+            path,
+            color_mode=it.color_mode,
+            target_size=it.target_size,
+            interpolation=it.interpolation,
+            keep_aspect_ratio=it.keep_aspect_ratio,
+            jpeg_draft=it.options.jpeg_draft,
+        )
+        x = image_utils.img_to_array(img, data_format=it.data_format)
+        if hasattr(img, "close"):
+            img.close()
+        generator = it.image_data_generator
+        if generator and transform is not None:
+            x = generator.apply_transform(x, transform)
+            x = generator.standardize(x)
+    except BaseException:
+        it._stats.add(decode_s=time.perf_counter() - start)
+        raise
+    it._stats.add(decode_s=time.perf_counter() - start, images=1)
+    return x
+
+
+def assemble(it: Any, plan: BatchPlan, batch_x: np.ndarray) -> Batch:
+    """Saves the samples if `save_to_dir` is set and pairs the images with their labels."""
+    indices = plan.indices
+    if it.save_to_dir:
+        _save(it, plan, batch_x)
+    if it.class_mode == "input":
+        batch_y = batch_x.copy()
+    elif it.class_mode in {"binary", "sparse"}:
+        batch_y = np.asarray([it.classes[j] for j in indices], dtype=it.dtype)
+    elif it.class_mode == "categorical":
+        batch_y = np.zeros((len(batch_x), len(it.class_indices)), dtype=it.dtype)
+        for i, j in enumerate(indices):
+            batch_y[i, it.classes[j]] = 1.0
+    elif it.class_mode == "multi_output":
+        batch_y = [output[indices] for output in it.labels]
+    elif it.class_mode == "raw":
+        batch_y = it.labels[indices]
+    else:
+        return batch_x
+    if it.sample_weight is None:
+        return batch_x, batch_y
+    return batch_x, batch_y, it.sample_weight[indices]
+
+
+def _save(it: Any, plan: BatchPlan, batch_x: np.ndarray) -> None:
+    hashes = plan.save_hashes or [0] * len(plan.indices)
+    for i, j in enumerate(plan.indices):
+        img = image_utils.array_to_img(batch_x[i], it.data_format, scale=True)
+        target = storage.join(it.save_to_dir, f"{it.save_prefix}_{j}_{hashes[i]}.{it.save_format}")
+        if storage.is_url(target):
+            buffer = io.BytesIO()
+            img.save(buffer, format=it.save_format)
+            storage.write_bytes(target, buffer.getvalue(), it.filesystems)
+        else:
+            img.save(target)

@@ -1,0 +1,102 @@
+"""Reading a batch's files: the disk cache, then the loader, with retries of transient failures.
+
+Keras-free: `Fetcher` turns a list of paths into one result per path (the
+bytes or whatever the loader returns, or the exception, already naming the
+path, that reading it raised) and counts what it did into `StatsRecorder`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from remote_keras import errors
+from remote_keras.cache import DiskCache
+from remote_keras.loaders import BatchLoader, Loader
+from remote_keras.retry import RetryPolicy, fetch_with_retries
+from remote_keras.stats import StatsRecorder
+
+_BYTES = (bytes, bytearray, memoryview)
+
+
+class Fetcher:
+    """Fetches paths through a disk cache (optional), a loader and the retry policy.
+
+    Args:
+        loader: Reads one path; a `BatchLoader` reads a whole batch at once.
+        policy: Retries and the per-request timeout.
+        cache: Disk cache of fetched bytes, or `None`.
+        stats: Where requests, retries, bytes, cache hits and fetch time go.
+    """
+
+    def __init__(
+        self,
+        loader: Loader,
+        policy: RetryPolicy,
+        cache: DiskCache | None,
+        stats: StatsRecorder,
+    ) -> None:
+        self.loader = loader
+        self.policy = policy
+        self.cache = cache
+        self.stats = stats
+
+    def fetch(self, paths: Sequence[str], executor: Executor) -> list[Any]:
+        """Reads `paths`; failures are returned in place, as exceptions naming the path.
+
+        Args:
+            paths: Paths or URLs, possibly repeated.
+            executor: Threads for per-file loaders (one blocking request each).
+
+        Returns:
+            One entry per path, in order.
+        """
+        start = time.perf_counter()
+        results = self._cached(paths, executor)
+        read = sum(len(r) for r in results if isinstance(r, _BYTES))
+        self.stats.add(fetch_s=time.perf_counter() - start, bytes=read)
+        return results
+
+    def _cached(self, paths: Sequence[str], executor: Executor) -> list[Any]:
+        if self.cache is None:
+            return self._with_retries(paths, executor)
+        results: list[Any] = [self.cache.get(path) for path in paths]
+        self.stats.add(cache_hits=sum(r is not None for r in results))
+        missing = [i for i, data in enumerate(results) if data is None]
+        if missing:
+            fetched = self._with_retries([paths[i] for i in missing], executor)
+            for i, data in zip(missing, fetched):
+                results[i] = data
+                if isinstance(data, _BYTES):
+                    self.cache.put(paths[i], bytes(data))
+        return results
+
+    def _with_retries(self, paths: Sequence[str], executor: Executor) -> list[Any]:
+        results, retries = fetch_with_retries(
+            lambda batch: self._once(batch, executor), paths, self.policy
+        )
+        self.stats.add(retries=retries)
+        return results
+
+    def _once(self, paths: list[str], executor: Executor) -> list[Any]:
+        """One attempt at every path; failures (and requests past the timeout) returned in place."""
+        self.stats.add(requests=len(paths))
+        loader = self.loader
+        if isinstance(loader, BatchLoader):
+            return loader.load_many(paths, executor=executor)
+        futures = [executor.submit(loader, path) for path in paths]
+        deadline = time.monotonic() + self.policy.timeout_s
+        results: list[Any] = []
+        for path, future in zip(paths, futures):
+            try:
+                results.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
+            except FutureTimeout:
+                future.cancel()
+                stalled = TimeoutError(f"no answer within {self.policy.timeout_s} s")
+                results.append(errors.translate(path, stalled))
+            except Exception as exc:  # noqa: BLE001 - raised when the sample is decoded, in order
+                results.append(errors.translate(path, exc))
+        return results

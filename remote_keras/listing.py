@@ -1,0 +1,188 @@
+"""What a dataset holds: remote folders listed into Keras's attributes, dataframe rows checked.
+
+`init_from_listing` is Keras's `DirectoryIterator.__init__` fed by one
+recursive listing instead of `os.walk`; `valid_rows` is `_filter_valid_filepaths`
+for URLs, listing prefixes instead of one request per row.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import fsspec
+import numpy as np
+from keras.src import backend
+from keras.src.legacy.preprocessing import image as keras_image
+from keras.src.utils import io_utils
+
+from remote_keras import errors, storage
+from remote_keras.loaders import FsspecLoader, ObstoreLoader
+from remote_keras.progress import progress_bar
+
+
+def init_from_listing(it: Any, directory: str, image_data_generator: Any, **kw: Any) -> None:
+    """Sets up `it` as Keras's `DirectoryIterator.__init__` does, from one listing of `directory`.
+
+    Classes, file order (sorted as `os.walk` would give them), `subset` splits
+    and the `Found N images belonging to K classes.` message are stock.
+    """
+    data_format = kw["data_format"] or backend.image_data_format()
+    it.set_processing_attrs(
+        image_data_generator,
+        kw["target_size"],
+        kw["color_mode"],
+        data_format,
+        kw["save_to_dir"],
+        kw["save_prefix"],
+        kw["save_format"],
+        kw["subset"],
+        kw["interpolation"],
+        kw["keep_aspect_ratio"],
+    )
+    it.directory = directory
+    if kw["class_mode"] not in it.allowed_class_modes:
+        raise ValueError(
+            f"Invalid class_mode: {kw['class_mode']}; expected one of: {it.allowed_class_modes}"
+        )
+    it.class_mode = kw["class_mode"]
+    it.dtype = kw["dtype"] or backend.floatx()
+
+    with progress_bar(f"Listing {errors.redact(directory)}", it.options.progress, "objects") as bar:
+        entries = storage.walk_files(it._pinner.pin(directory), it.filesystems, bar)
+    by_class: dict[str, list[str]] = {}
+    for entry in entries:
+        top, _, rest = entry.partition("/")
+        if rest or entry.endswith("/"):
+            by_class.setdefault(top, [])
+            if rest and not rest.endswith("/"):
+                by_class[top].append(entry)
+    classes = list(kw["classes"] or sorted(by_class))
+    it.num_classes = len(classes)
+    it.class_indices = dict(zip(classes, range(len(classes))))
+
+    it.filenames = []
+    labels: list[int] = []
+    for name in classes:
+        files = ordered_like_os_walk(by_class.get(name, []), it.white_list_formats)
+        if it.split:
+            start, stop = int(it.split[0] * len(files)), int(it.split[1] * len(files))
+            files = files[start:stop]
+        it.filenames += files
+        labels += [it.class_indices[name]] * len(files)
+    it.samples = len(it.filenames)
+    it.classes = np.asarray(labels, dtype="int32")
+    io_utils.print_msg(f"Found {it.samples} images belonging to {it.num_classes} classes.")
+    keras_image.Iterator.__init__(it, it.samples, kw["batch_size"], kw["shuffle"], kw["seed"])
+
+
+def ordered_like_os_walk(files: list[str], formats: tuple[str, ...]) -> list[str]:
+    """Sorts and filters files as Keras's sorted `os.walk` does: by folder, then name."""
+    ordered = []
+    for path in sorted(files, key=lambda p: (posixpath.dirname(p), posixpath.basename(p))):
+        name = posixpath.basename(path)
+        if name.lower().endswith(".tiff"):
+            warnings.warn(
+                'Using ".tiff" files with multiple bands will cause distortion. '
+                "Please verify your output.",
+                stacklevel=3,
+            )
+        if name.lower().endswith(formats):
+            ordered.append(path)
+    return ordered
+
+
+def valid_rows(it: Any, paths: list[str], x_col: str) -> np.ndarray:
+    """Which rows name an existing file with an image extension, as a boolean mask.
+
+    Warns with Keras's own message about the rows left out.
+    """
+    with progress_bar(
+        f"Checking {len(paths)} files", it.options.progress, "files", total=len(paths)
+    ) as bar:
+        exists = _existing(it, paths, bar)
+    formats = it.white_list_formats
+    mask = np.array(
+        [ok and path.lower().endswith(formats) for path, ok in zip(paths, exists)], dtype=bool
+    )
+    n_invalid = int((~mask).sum())
+    if n_invalid:
+        warnings.warn(
+            f'Found {n_invalid} invalid image filename(s) in x_col="{x_col}". '
+            "These filename(s) will be ignored.",
+            stacklevel=3,
+        )
+    return mask
+
+
+def _existing(it: Any, paths: list[str], bar: Any) -> list[bool]:
+    """Which of `paths` exist: asked of a custom loader's `exists`, else listed by fsspec.
+
+    Raises:
+        FileNotFoundError: `directory`, or a bucket or prefix that rows point
+            into, does not exist.
+        ValueError: a protocol fsspec does not know, with the default loader.
+    """
+    exists = getattr(it.loader, "exists", None)
+    custom = not isinstance(it.loader, (FsspecLoader, ObstoreLoader))
+    if callable(exists) and custom:
+        return list(it._pools.get("fetch").map(_exists_by(exists, bar), paths))
+    unknown = sorted(
+        {storage.protocol_of(p) for p in paths if storage.is_url(p)}
+        - set(fsspec.available_protocols())
+    )
+    if unknown and custom:
+        warnings.warn(
+            f"Cannot check that the {len(paths)} files exist: fsspec does not know the "
+            f"protocol(s) {unknown} and the loader has no `exists(path) -> bool` method. "
+            "Every row is kept (only its file extension is checked); pass "
+            "`validate_filenames=False` to skip the check without this warning, or give "
+            "the loader an `exists` method.",
+            stacklevel=5,
+        )
+        return [True] * len(paths)
+    if storage.is_url(str(it.directory)):
+        directory = it._pinner.pin(str(it.directory))
+        fs, root = it.filesystems.resolve(directory)
+        with errors.reading(directory):
+            there = fs.exists(root)
+        if not there:
+            raise FileNotFoundError(f"No such directory: {errors.redact(directory)!r}")
+    found, missing = storage.existing(paths, it.filesystems, bar)
+    if missing:
+        shown = ", ".join(repr(errors.redact(url)) for url in missing[:5])
+        raise FileNotFoundError(
+            f"No such bucket or prefix: {shown}: nothing is stored there, yet rows of the "
+            "dataframe point into it. Check the URLs (and `directory`)."
+        )
+    return found
+
+
+def _exists_by(exists: Callable[[str], Any], bar: Any) -> Callable[[str], bool]:
+    """Wraps a loader's `exists(path)` to translate its errors and count on `bar`."""
+
+    def check(path: str) -> bool:
+        with errors.reading(path):
+            result = bool(exists(path))
+        if bar is not None:
+            bar.update(1)
+        return result
+
+    return check
+
+
+def check_path_column(df: Any, x_col: str) -> None:
+    """Raises `InvalidRowsError` naming rows whose path is NaN, empty or not a string."""
+    if x_col not in df.columns:
+        return  # Keras raises its own KeyError
+    bad = [(i, v) for i, v in df[x_col].items() if not isinstance(v, str) or not v.strip()]
+    if bad:
+        shown = ", ".join(f"{i!r}: {v!r}" for i, v in bad[:10])
+        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        raise errors.InvalidRowsError(
+            f'Column x_col="{x_col}" must hold non-empty strings (paths or URLs). '
+            f"Received in {len(bad)} row(s): {shown}{more}",
+            [i for i, _ in bad],
+        )

@@ -1,0 +1,60 @@
+"""An iterator as a `tf.data.Dataset`, for `tf.data` pipelines and `tf.distribute` inputs."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+
+def to_tf_dataset(it: Any) -> Any:
+    """Returns the batches of one epoch of `it` per pass, as a `tf.data.Dataset`.
+
+    The element spec (`(x, y)`, `(x, y, sample_weight)` or `x`, with an
+    unknown batch dimension) is read from batch 0, which is then handed out as
+    the first batch. A sharded iterator's dataset has tf.data auto-sharding
+    turned off, so under `MultiWorkerMirroredStrategy` every worker trains on
+    its own shard, `batch_size` being the global batch.
+
+    Args:
+        it: A remote_keras iterator.
+
+    Returns:
+        A `tf.data.Dataset`; each complete pass ends the iterator's epoch, so
+        the next pass is the next epoch's order.
+    """
+    import tensorflow as tf
+
+    def as_tuple(batch: Any) -> Any:
+        if isinstance(batch, tuple):
+            return tuple(tuple(b) if isinstance(b, list) else b for b in batch)
+        return batch
+
+    def spec(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return tuple(spec(v) for v in value)
+        value = np.asarray(value)
+        return tf.TensorSpec((None,) + value.shape[1:], tf.as_dtype(value.dtype))
+
+    first = [as_tuple(it[0])]  # read once: for the spec, then as batch 0
+    signature = spec(first[0])
+
+    def batches() -> Any:
+        for i in range(len(it)):
+            if i == 0 and first:
+                now = time.perf_counter()
+                it.handoffs.record(now, now)
+                yield first.pop()
+            else:
+                yield as_tuple(it[i])
+        it.on_epoch_end()  # the next pass is the next epoch
+
+    dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
+    if it.shard.count == 1:
+        return dataset.apply(tf.data.experimental.assert_cardinality(len(it)))
+    # The files are split already: tf.distribute must not split the batches again. Its steps
+    # per epoch then depend on the replicas, so the cardinality stays unknown.
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options)
