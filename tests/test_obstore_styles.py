@@ -12,7 +12,8 @@ import pytest
 
 import remote_keras as rk
 from remote_keras import retry
-from remote_keras.loaders import _obstore_config, _obstore_error
+from remote_keras.loaders.obstore_config import translate_options
+from remote_keras.loaders.obstore_errors import one_line_error
 from remote_keras.testing.proxy import FaultPlan
 from remote_keras.testing.s3 import free_port, rclone_binary
 from tests.test_parity import assert_same_batch
@@ -164,7 +165,7 @@ def test_config_kwargs_are_understood(s3_server, obj):
     }
     options = dict(top_level(s3_server), config_kwargs=config_kwargs, max_concurrency=1)
     assert rk.ObstoreLoader(options)(url) == payload
-    settings = _obstore_config("s3", options, "data", environ={})
+    settings = translate_options("s3", options, "data", environ={})
     assert settings.client_options["connect_timeout"].total_seconds() == 3
     assert settings.client_options["read_timeout"].total_seconds() == 20
     assert settings.retry_config["max_retries"] == 1
@@ -180,7 +181,7 @@ def test_explicit_options_beat_the_environment(s3_server, obj, monkeypatch):
     monkeypatch.setenv("AWS_REGION", "ap-south-2")
     options = dict(top_level(s3_server), client_kwargs={"region_name": "us-east-1"})
     assert rk.ObstoreLoader(options)(url) == payload
-    settings = _obstore_config("s3", options, "data")
+    settings = translate_options("s3", options, "data")
     # As with botocore, explicit keys are used alone: no session token from the environment.
     assert settings.credentials == (s3_server.access_key, s3_server.secret_key, None)
     assert settings.config["region"] == "us-east-1"
@@ -207,12 +208,12 @@ def test_anon_sends_no_signature(s3_server, obj):
 
 def test_translation_without_a_server():
     """Styles whose effect is in the request settings, not something a local server tells apart."""
-    http = _obstore_config("s3", {}, "bkt", environ={"AWS_ENDPOINT_URL": "http://minio:9000"})
+    http = translate_options("s3", {}, "bkt", environ={"AWS_ENDPOINT_URL": "http://minio:9000"})
     assert http.config == {"region": "us-east-1", "endpoint": "http://minio:9000"}
     assert http.client_options["allow_http"] is True
     assert http.retry_config["max_retries"] == 0  # remote_keras's RetryPolicy retries
     assert http.credentials is None  # obstore reads AWS_ACCESS_KEY_ID & co. itself
-    virtual = _obstore_config(
+    virtual = translate_options(
         "s3",
         {
             "endpoint_url": "https://s3.example.com",
@@ -233,7 +234,7 @@ def test_translation_without_a_server():
     }
     assert virtual.client_options["allow_invalid_certificates"] is True
     assert "allow_http" not in virtual.client_options
-    assert "secret" not in repr(_obstore_config("s3", {"key": "k", "secret": "secret"}))
+    assert "secret" not in repr(translate_options("s3", {"key": "k", "secret": "secret"}))
 
 
 @pytest.mark.parametrize(
@@ -249,7 +250,7 @@ def test_translation_without_a_server():
 )
 def test_what_obstore_cannot_express_is_refused_by_name(options, named):
     with pytest.raises(ValueError, match=named):
-        _obstore_config("s3", options, "bkt", environ={})
+        translate_options("s3", options, "bkt", environ={})
     with pytest.raises(rk.ImageLoadError, match="s3://bkt/a.png") as info:
         rk.ObstoreLoader(options)("s3://bkt/a.png")
     assert_one_short_line(info.value, "s3://bkt/a.png")
@@ -358,7 +359,7 @@ def test_dns_failures_keep_the_resolvers_words(resolver, transient):
         f'("dns error", Custom {{ kind: Uncategorized, error: "failed to lookup address'
         f' information: {resolver}" }})\n}}'
     )
-    error = _obstore_error("s3://b/k", GenericError(text))
+    error = one_line_error("s3://b/k", GenericError(text))
     assert isinstance(error, ConnectionError)
     assert str(error) == (
         "Cannot reach the server for 's3://b/k' "

@@ -1,0 +1,48 @@
+"""Loaders read a path into bytes; `decode_image` turns what they return into a PIL image.
+
+A loader is any callable `path -> bytes | file-like | PIL.Image.Image | numpy.ndarray`
+(`protocol`). The default `FsspecLoader` also offers `load_many`, so that an
+async backend (s3fs, gcsfs, adlfs, HTTP) keeps a batch's requests in flight
+together on fsspec's event loop; `ObstoreLoader` reads S3, GCS and Azure
+through the Rust `obstore` client, one blocking call per file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remote_keras.decoding import decode_image
+from remote_keras.loaders.fsspec_loader import FsspecLoader
+from remote_keras.loaders.obstore_loader import ObstoreLoader
+from remote_keras.loaders.protocol import BatchLoader, Loader, LoaderOutput
+
+__all__ = [
+    "LOADERS",
+    "BatchLoader",
+    "FsspecLoader",
+    "Loader",
+    "LoaderOutput",
+    "ObstoreLoader",
+    "decode_image",
+    "make_loader",
+]
+
+LOADERS = {"fsspec": FsspecLoader, "obstore": ObstoreLoader}
+
+
+def make_loader(loader: Loader | str | None, storage_options: dict[str, Any] | None) -> Loader:
+    """Returns `loader` itself, or builds the named one (`"fsspec"`, `"obstore"`).
+
+    Raises:
+        TypeError: `loader` is neither callable nor a known name.
+    """
+    if loader is None:
+        return FsspecLoader(storage_options)
+    if isinstance(loader, str) and loader in LOADERS:
+        return LOADERS[loader](storage_options)
+    if callable(loader):
+        return loader
+    raise TypeError(
+        "`loader` must be a callable taking a path and returning bytes, a file-like object, "
+        f"a PIL image or a numpy array, or one of {sorted(LOADERS)}. Received: loader={loader!r}"
+    )

@@ -1,0 +1,103 @@
+"""`ObstoreLoader`: `s3://`, `gs://` and `az://` reads through the Rust `obstore` client."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from remote_keras import errors, storage
+from remote_keras.loaders.fsspec_loader import FsspecLoader
+from remote_keras.loaders.obstore_config import open_store, translate_options
+from remote_keras.loaders.obstore_errors import one_line_error
+
+
+class ObstoreLoader:
+    """A faster loader for `s3://`, `gs://` and `az://` URLs, through the Rust `obstore` client.
+
+    A GET costs about a quarter of s3fs's client CPU (0.3 ms against 1.0-1.6
+    ms, measured in `bench/`), which matters when decoding already keeps
+    every core busy. Each call blocks one of the iterator's fetch threads
+    with the GIL released; `max_in_flight` bounds them. Other URLs and local
+    paths fall back to `FsspecLoader`; listing and validation still use
+    fsspec. Requires `pip install obstore`.
+
+    For S3 it accepts the same option styles as the fsspec (s3fs) loader,
+    explicit options always winning over the environment:
+
+    - Endpoint: `endpoint_url` or `client_kwargs={"endpoint_url": ...}`, else
+      `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`. `http://` endpoints work
+      wherever they come from. Requests are path-style (MinIO, rclone, Ceph)
+      unless `config_kwargs={"s3": {"addressing_style": "virtual"}}`.
+    - Region: `client_kwargs={"region_name": ...}`, `config_kwargs={"region_name": ...}`,
+      `AWS_REGION`, `AWS_DEFAULT_REGION`, else `"us-east-1"`.
+    - Credentials: `key`, `secret`, `token` (or `username` / `password`, or
+      `client_kwargs` `aws_access_key_id`, ...), else `AWS_ACCESS_KEY_ID`,
+      `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` and obstore's other sources
+      (web identity, ECS, instance metadata). `anon=True` (or
+      `signature_version=botocore.UNSIGNED`) sends unsigned requests.
+    - Also: `client_kwargs={"verify": False | "ca-bundle.pem"}`, `requester_pays=True`,
+      `config_kwargs` `connect_timeout`, `read_timeout`, `retries`, `proxies`
+      and `user_agent`.
+
+    s3fs's caching, listing and upload knobs are ignored (they change nothing
+    a GET does). What obstore cannot express (`profile`, `session`,
+    accelerate or dual-stack endpoints, other signature versions, other
+    `s3_additional_kwargs`) raises a `ValueError` naming it: use the fsspec
+    loader for those. Other keys go to obstore's configuration as they are.
+
+    Failures are one line naming the URL: `FileNotFoundError`,
+    `PermissionError`, `ConnectionError` (refused, unreachable, dropped),
+    `TimeoutError`, all of them also `ImageLoadError`s. obstore does not retry
+    by itself: `RetryPolicy` retries the transient failures.
+
+    Args:
+        storage_options: The same fsspec-style options as for s3fs / gcsfs /
+            adlfs; see above for S3. For GCS and Azure they are passed to
+            obstore as configuration.
+    """
+
+    PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
+
+    def __init__(self, storage_options: dict[str, Any] | None = None) -> None:
+        self.storage_options = dict(storage_options or {})
+        self._fallback = FsspecLoader(storage_options)
+        self._stores: dict[tuple[int, str, str], Any] = {}
+
+    def __repr__(self) -> str:
+        return "ObstoreLoader()"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["storage_options"])
+
+    def __call__(self, path: str) -> bytes:
+        """Reads all bytes of `path`.
+
+        Raises:
+            FileNotFoundError, PermissionError, ConnectionError, TimeoutError,
+            ImageLoadError: in one line naming `path`.
+        """
+        if storage.protocol_of(path) not in self.PROTOCOLS or "::" in path:
+            return self._fallback(path)
+        import obstore
+
+        with errors.reading(path):
+            store, key = self._store_for(path)
+        try:
+            return obstore.get(store, key).bytes().to_bytes()
+        except Exception as exc:  # noqa: BLE001 - cut to one line, raised below
+            error = one_line_error(path, exc)
+        raise error  # outside `except`: obstore's many-line error is not chained
+
+    def _store_for(self, url: str) -> tuple[Any, str]:
+        protocol, rest = url.split("://", 1)
+        bucket, _, key = rest.partition("/")
+        cache_key = (os.getpid(), protocol, bucket)  # clients do not survive a fork
+        store = self._stores.get(cache_key)
+        if store is None:
+            settings = translate_options(protocol, self.storage_options, bucket)
+            store = open_store(f"{protocol}://{bucket}", settings)
+            self._stores[cache_key] = store
+        return store, key
