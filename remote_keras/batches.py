@@ -52,7 +52,7 @@ def load(it: Any, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
                 except (OSError, ValueError) as exc:
                     if it.options.on_error != "skip" or isinstance(exc, PermissionError):
                         raise  # credentials are configuration, not a bad sample
-                    it._record_skip(paths[i], exc)
+                    it._skips.add(paths[i], f"{type(exc).__name__}: {exc}", epoch=it.epoch)
         finally:
             for future in futures:
                 future.cancel()

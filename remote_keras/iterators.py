@@ -78,8 +78,6 @@ class RemoteBatchMixin(keras_image.Iterator):
         self._known_paths: dict[str, str] = {}  # filename -> path, filled by validation
         self._skips = SkipLog()
         self.handoffs = HandoffLog()
-        self._skips_warned: set[int] = set()
-        self._skips_reported = 0  # skips counted in the last end-of-epoch summary
         self._per_process_state()
         self._epoch = 0
         self._epoch_begun = False  # `on_epoch_begin()` seen since the epoch started
@@ -126,9 +124,6 @@ class RemoteBatchMixin(keras_image.Iterator):
         )
         self._prefetcher = Prefetcher(self._pools, opts.prefetch_batches)
         self._finalizer = weakref.finalize(self, self._pools.close)
-        # Batches asked for, by epoch: never built ahead again (`fit(shuffle=True)` asks
-        # out of order, and a look-ahead would otherwise re-read batches already consumed).
-        self._asked: dict[int, set[int]] = {}
 
     def _ensure_process(self) -> None:
         """After `fork`, the parent's threads, futures and lock holders do not exist here."""
@@ -136,7 +131,7 @@ class RemoteBatchMixin(keras_image.Iterator):
             self._per_process_state()
 
     _PROCESS_LOCAL = (
-        "lock", "_pools", "_prefetcher", "_finalizer", "index_generator", "_pid", "_asked"
+        "lock", "_pools", "_prefetcher", "_finalizer", "index_generator", "_pid"
     )  # fmt: skip
 
     def __getstate__(self) -> dict[str, Any]:
@@ -297,15 +292,9 @@ class RemoteBatchMixin(keras_image.Iterator):
         self._ensure_process()
         if _called_by_keras("reset", EpochIterator):
             return
+        if self.options.on_error == "skip":
+            self._skips.warn_summary()
         with self.lock:
-            skipped = self.skipped if self.options.on_error == "skip" else []
-            if len(skipped) > self._skips_reported:
-                self._skips_reported = len(skipped)
-                warnings.warn(
-                    f"{len(skipped)} sample(s) skipped so far (on_error='skip'), "
-                    f"last: {skipped[-1][0]}; see `iterator.skipped`.",
-                    stacklevel=2,
-                )
             self._epoch += 1
             self._epoch_begun = False
             self._last_requested = None
@@ -324,9 +313,6 @@ class RemoteBatchMixin(keras_image.Iterator):
     # ------------------------------------------------------------------ scheduling
 
     def _start(self, epoch: int, index: int) -> tuple[Future, bool]:
-        if epoch not in self._asked:
-            self._asked = {e: s for e, s in self._asked.items() if e >= epoch - 1}
-        self._asked.setdefault(epoch, set()).add(index)
         return self._prefetcher.take((epoch, index), self._task_maker(epoch, index))
 
     def _task(self, epoch: int, index: int):
@@ -346,8 +332,7 @@ class RemoteBatchMixin(keras_image.Iterator):
     def _look_ahead(self, keys: list[tuple[int, int]]) -> None:
         with self.lock:
             for epoch, index in keys:
-                if index not in self._asked.get(epoch, ()):
-                    self._prefetcher.ahead((epoch, index), self._task_maker(epoch, index))
+                self._prefetcher.ahead((epoch, index), self._task_maker(epoch, index))
 
     def _task_maker(self, epoch: int, index: int):
         return lambda: self._task(epoch, index)
@@ -368,19 +353,6 @@ class RemoteBatchMixin(keras_image.Iterator):
         batch = self._assemble(plan, batch_x)
         self.handoffs.record(asked, time.perf_counter())
         return batch
-
-    def _record_skip(self, path: str, exc: BaseException) -> None:
-        reason = f"{type(exc).__name__}: {exc}"
-        self._skips.add(path, reason)
-        with self.lock:
-            first_in_epoch = self._epoch not in self._skips_warned
-            self._skips_warned.add(self._epoch)
-        if first_in_epoch:
-            warnings.warn(
-                f"Skipped an unreadable sample (on_error='skip'): {reason}. Skipped samples "
-                "are dropped from their batch and listed in `iterator.skipped`.",
-                stacklevel=2,
-            )
 
 
 class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):

@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -86,6 +86,9 @@ class WorkerPools:
                 pool.shutdown(wait=False, cancel_futures=True)
 
 
+Key = tuple[int, int]  # (epoch, batch index)
+
+
 class Prefetcher:
     """Futures of batches, keyed by `(epoch, batch index)`, bounded in number.
 
@@ -99,27 +102,34 @@ class Prefetcher:
     def __init__(self, pools: WorkerPools, depth: int) -> None:
         self.pools = pools
         self.depth = depth
-        self._pending: OrderedDict[Hashable, Future] = OrderedDict()
+        self._pending: OrderedDict[Key, Future] = OrderedDict()
+        # Batches asked for, by epoch (the last two): never built ahead again, since
+        # `fit(shuffle=True)` asks out of order and a look-ahead would re-read them.
+        self._asked: dict[int, set[int]] = {}
 
-    def take(
-        self, key: Hashable, make_task: Callable[[], Callable[[], Any]]
-    ) -> tuple[Future, bool]:
+    def take(self, key: Key, make_task: Callable[[], Callable[[], Any]]) -> tuple[Future, bool]:
         """Returns the future for `key`, starting `make_task()` if it is not there.
 
         Returns:
             `(future, prefetched)`; `prefetched` is `True` when the batch had
             been started ahead of time.
         """
+        epoch, index = key
+        if epoch not in self._asked:
+            self._asked = {e: s for e, s in self._asked.items() if e >= epoch - 1}
+        self._asked.setdefault(epoch, set()).add(index)
         future = self._pending.pop(key, None)
         if future is not None and not future.cancelled():
             return future, True
         return self.pools.get("batch").submit(make_task()), False
 
-    def ahead(self, key: Hashable, make_task: Callable[[], Callable[[], Any]]) -> None:
-        """Starts `make_task()` for `key` in the background if there is room."""
-        if key in self._pending or len(self._pending) >= self.depth:
+    def ahead(self, key: Key, make_task: Callable[[], Callable[[], Any]]) -> None:
+        """Starts `make_task()` for `key` in the background, unless asked already or full."""
+        epoch, index = key
+        if key in self._pending or index in self._asked.get(epoch, ()):
             return
-        self._pending[key] = self.pools.get("batch").submit(make_task())
+        if len(self._pending) < self.depth:
+            self._pending[key] = self.pools.get("batch").submit(make_task())
 
     def clear(self) -> None:
         """Drops every batch not yet asked for, cancelling those not started."""

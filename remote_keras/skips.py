@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 import weakref
 from typing import Any
 
@@ -32,6 +33,8 @@ class SkipLog:
     def _init_local(self) -> None:
         self._lock = threading.Lock()
         self._local: list[tuple[float, str, str]] = []
+        self._warned_epochs: set[int] = set()
+        self._summarized = 0  # skips counted in the last summary
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_home_pid": self._home_pid, "_spool": self._spool}
@@ -40,17 +43,35 @@ class SkipLog:
         self.__dict__.update(state)
         self._init_local()
 
-    def add(self, url: str, reason: str) -> None:
-        """Records one skipped sample."""
+    def add(self, url: str, reason: str, epoch: int = 0) -> None:
+        """Records one skipped sample; warns at the first skip of each `epoch` in this process."""
         entry = (time.time(), url, reason)
         with self._lock:
+            first_in_epoch = epoch not in self._warned_epochs
+            self._warned_epochs.add(epoch)
             if os.getpid() == self._home_pid:
                 self._local.append(entry)
-                return
-            os.makedirs(self._spool, exist_ok=True)
-            line = json.dumps(entry) + "\n"
-            with open(os.path.join(self._spool, f"{os.getpid()}.jsonl"), "a") as f:
-                f.write(line)
+            else:
+                os.makedirs(self._spool, exist_ok=True)
+                with open(os.path.join(self._spool, f"{os.getpid()}.jsonl"), "a") as f:
+                    f.write(json.dumps(entry) + "\n")
+        if first_in_epoch:
+            warnings.warn(
+                f"Skipped an unreadable sample (on_error='skip'): {reason}. Skipped samples "
+                "are dropped from their batch and listed in `iterator.skipped`.",
+                stacklevel=4,
+            )
+
+    def warn_summary(self) -> None:
+        """Warns how many samples were skipped so far, if any since the last summary."""
+        records = self.records()
+        if len(records) > self._summarized:
+            self._summarized = len(records)
+            warnings.warn(
+                f"{len(records)} sample(s) skipped so far (on_error='skip'), "
+                f"last: {records[-1][0]}; see `iterator.skipped`.",
+                stacklevel=4,
+            )
 
     def records(self) -> list[tuple[str, str]]:
         """Every skip seen by this process, plus (in the original) those of its copies.
