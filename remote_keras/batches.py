@@ -93,6 +93,7 @@ def _sample(it: Any, data: Any, path: str, transform: dict | None) -> np.ndarray
 def assemble(it: Any, plan: BatchPlan, batch_x: np.ndarray) -> Batch:
     """Saves the samples if `save_to_dir` is set and pairs the images with their labels."""
     indices = plan.indices
+    batch_y: Any
     if it.save_to_dir:
         _save(it, plan, batch_x)
     if it.class_mode == "input":

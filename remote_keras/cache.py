@@ -50,7 +50,7 @@ class DiskCache:
         return {"directory": self.directory, "max_bytes": self.max_bytes}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["directory"], state["max_bytes"])
+        DiskCache.__init__(self, state["directory"], state["max_bytes"])
 
     def _path(self, url: str) -> str:
         digest = hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+from typing import Any
 
 import numpy as np
 from keras.src.utils import image_utils
@@ -47,7 +48,7 @@ def decode_image(
         ImageDecodeError: `data` is not a decodable image.
         TypeError: the loader returned an unsupported type.
     """
-    options = dict(
+    options: dict[str, Any] = dict(
         color_mode=color_mode,
         target_size=target_size,
         interpolation=interpolation,

@@ -113,7 +113,9 @@ class EpochPlanner:
                     if generator
                     else None
                 )
-                hashes = [np.random.randint(1e7) for _ in indices] if it.save_to_dir else None
+                hashes = (
+                    [np.random.randint(10_000_000) for _ in indices] if it.save_to_dir else None
+                )
             finally:
                 if saved is not None:
                     np.random.set_state(saved)

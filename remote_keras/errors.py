@@ -82,6 +82,8 @@ class ImageLoadError(_NamesUrl, OSError):
         url: The path or URL that could not be read (credentials redacted).
     """
 
+    attempts: int  # set on the error `gave_up` builds
+
     def __init__(self, url: str, message: str) -> None:
         super().__init__(message)
         self.url = url

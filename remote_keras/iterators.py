@@ -28,6 +28,7 @@ import time
 import warnings
 import weakref
 from concurrent.futures import Future
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,7 @@ class RemoteBatchMixin(keras_image.Iterator):
     # Set by Keras's `__init__` (or `listing.init_from_listing`) in the subclasses.
     directory: Any
     filenames: list[str]
+    seed: int | None
     _filepaths: list[str]
 
     def _init_remote(self, options: LoaderOptions | None, overrides: LoaderOverrides) -> None:
@@ -504,7 +506,7 @@ def _called_by_keras(method: str, owner: type) -> bool:
     the first epoch (and, in `evaluate`, before every pass), which ends no
     epoch.
     """
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(4):
         if frame is None:
             return False

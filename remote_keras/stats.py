@@ -75,7 +75,7 @@ class StatsRecorder:
         return {}  # counters are per process
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()
+        StatsRecorder.__init__(self)
 
     def add(self, **amounts: float) -> None:
         with self._lock:
@@ -144,7 +144,7 @@ class HandoffLog:
         return {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()
+        HandoffLog.__init__(self)
 
     def record(self, asked: float, handed_out: float) -> None:
         if self.enabled:

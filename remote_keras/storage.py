@@ -10,7 +10,7 @@ import contextlib
 import os
 import posixpath
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import fsspec
@@ -95,7 +95,7 @@ class FileSystems:
             through to fsspec as in `fsspec.open(url, **storage_options)`.
     """
 
-    def __init__(self, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
         self.storage_options = dict(storage_options or {})
         self._cache: dict[str, AbstractFileSystem] = {}
         self._pid = os.getpid()
@@ -107,14 +107,14 @@ class FileSystems:
         return {"storage_options": self.storage_options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["storage_options"])
+        FileSystems.__init__(self, state["storage_options"])
 
     def _options_for(self, protocol: str) -> dict[str, Any]:
         options = dict(PROTOCOL_DEFAULTS.get(protocol, {}))
         for key, value in self.storage_options.items():
             default = options.get(key)
             merge = isinstance(default, dict) and isinstance(value, dict)
-            options[key] = {**default, **value} if merge else value
+            options[key] = {**default, **value} if merge and default else value
         return options
 
     def resolve(self, url: str) -> tuple[AbstractFileSystem, str]:

@@ -9,6 +9,7 @@ through the Rust `obstore` client, one blocking call per file.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from remote_keras.decoding import decode_image
@@ -27,10 +28,13 @@ __all__ = [
     "make_loader",
 ]
 
-LOADERS = {"fsspec": FsspecLoader, "obstore": ObstoreLoader}
+LOADERS: dict[str, Callable[[Mapping[str, Any] | None], Loader]] = {
+    "fsspec": FsspecLoader,
+    "obstore": ObstoreLoader,
+}
 
 
-def make_loader(loader: Loader | str | None, storage_options: dict[str, Any] | None) -> Loader:
+def make_loader(loader: Loader | str | None, storage_options: Mapping[str, Any] | None) -> Loader:
     """Returns `loader` itself, or builds the named one (`"fsspec"`, `"obstore"`).
 
     Raises:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
@@ -21,7 +21,7 @@ class FsspecLoader:
             `endpoint_url`, ...). Never shown in reprs or errors.
     """
 
-    def __init__(self, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
         self.filesystems = storage.FileSystems(storage_options)
 
     def __repr__(self) -> str:

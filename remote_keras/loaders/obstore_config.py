@@ -82,7 +82,8 @@ def open_store(url: str, settings: _ObstoreSettings) -> Any:
     if settings.credentials is not None:
         extra["credential_provider"] = _StaticCredentials(*settings.credentials)
     try:
-        return from_url(
+        open_url: Any = from_url  # its overloads are per store type; the URL decides here
+        return open_url(
             url,
             config=settings.config,
             client_options=settings.client_options,

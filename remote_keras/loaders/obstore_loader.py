@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from remote_keras import errors, storage
@@ -58,7 +59,7 @@ class ObstoreLoader:
 
     PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
 
-    def __init__(self, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
         self.storage_options = dict(storage_options or {})
         self._fallback = FsspecLoader(storage_options)
         self._stores: dict[tuple[int, str, str], Any] = {}
@@ -70,7 +71,7 @@ class ObstoreLoader:
         return {"storage_options": self.storage_options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["storage_options"])
+        ObstoreLoader.__init__(self, state["storage_options"])
 
     def __call__(self, path: str) -> bytes:
         """Reads all bytes of `path`.
