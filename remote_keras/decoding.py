@@ -80,7 +80,7 @@ def decode_image(
                 return _convert_and_resize(img, **options)
             data.seek(0)
         return image_utils.load_img(data, **options)
-    except Exception as exc:  # noqa: BLE001 - PIL raises many types for bad data
+    except Exception as exc:  # PIL raises many types for bad data
         if isinstance(exc, ValueError) and str(exc).startswith(_CONFIGURATION_ERRORS):
             raise
         shown = errors.redact(url)

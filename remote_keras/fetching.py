@@ -97,6 +97,6 @@ class Fetcher:
                 future.cancel()
                 stalled = TimeoutError(f"no answer within {self.policy.timeout_s} s")
                 results.append(errors.translate(path, stalled))
-            except Exception as exc:  # noqa: BLE001 - raised when the sample is decoded, in order
+            except Exception as exc:  # raised when the sample is decoded, in order
                 results.append(errors.translate(path, exc))
         return results

@@ -68,7 +68,7 @@ def fetch_all(loader):
         for p in paths:
             try:
                 out.append(loader(p))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 out.append(errors.translate(p, exc))
         return out
 

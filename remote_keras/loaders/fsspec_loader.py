@@ -66,7 +66,7 @@ class FsspecLoader:
             if storage.is_url(path) and not lakefs.is_lakefs(path):
                 try:
                     fs, inner = self.filesystems.resolve(path)
-                except Exception as exc:  # noqa: BLE001 - reported per path
+                except Exception as exc:  # reported per path
                     results[i] = errors.translate(path, exc)
                     continue
                 if storage.is_async(fs):
@@ -86,5 +86,5 @@ class FsspecLoader:
     def _capture(self, path: str) -> bytes | BaseException:
         try:
             return self(path)
-        except Exception as exc:  # noqa: BLE001 - returned, raised by the caller
+        except Exception as exc:  # returned, raised by the caller
             return exc

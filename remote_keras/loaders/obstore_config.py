@@ -90,7 +90,7 @@ def open_store(url: str, settings: _ObstoreSettings) -> Any:
             retry_config=settings.retry_config,
             **extra,
         )
-    except Exception as exc:  # noqa: BLE001 - obstore's message cut to its first line
+    except Exception as exc:  # obstore's message cut to its first line
         problem = first_line(exc)
     raise ValueError(f"Invalid storage_options for loader='obstore': {problem}")
 

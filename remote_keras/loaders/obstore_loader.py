@@ -88,7 +88,7 @@ class ObstoreLoader:
             store, key = self._store_for(path)
         try:
             return obstore.get(store, key).bytes().to_bytes()
-        except Exception as exc:  # noqa: BLE001 - cut to one line, raised below
+        except Exception as exc:  # cut to one line, raised below
             error = one_line_error(path, exc)
         raise error  # outside `except`: obstore's many-line error is not chained
 
