@@ -39,5 +39,10 @@ def test_flow_on_arrays_is_stock():
     np.testing.assert_array_equal(it[0], x[:4].astype("float32"))
 
 
-def test_version_is_exposed():
-    assert rk.__version__
+def test_version_is_the_installed_distributions():
+    import re
+    from pathlib import Path
+
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    declared = re.search(r'^version = "([^"]+)"', pyproject, re.M)
+    assert declared and rk.__version__ == declared.group(1)

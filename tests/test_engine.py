@@ -16,7 +16,7 @@ from PIL import Image
 import remote_keras as rk
 from remote_keras.cache import DiskCache
 from remote_keras.testing.data import photo_like_jpeg
-from tests.test_parity import assert_same_batch
+from tests.helpers import assert_same_batch
 
 
 def test_obstore_loader_equals_stock_with_one_get_per_image(

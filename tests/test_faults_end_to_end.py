@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import uuid
 
-import numpy as np
 import pandas as pd
 import pytest
-from PIL import Image
 
 import remote_keras as rk
 from remote_keras.testing.proxy import CountingProxy, FaultPlan
-from tests.test_parity import AUGMENT, assert_same_batch
+from tests.helpers import AUGMENT, assert_same_batch, noise_png
 
 KINDS = ("503", "500", "429", "reset-before", "reset-mid-body", "truncate")
 FAST = rk.RetryPolicy(attempts=8, budget=200, backoff_s=0.01, max_backoff_s=0.05, timeout_s=5)
-
-
-def _png(value: int) -> bytes:
-    buffer = io.BytesIO()
-    rng = np.random.default_rng(value)
-    Image.fromarray(rng.integers(0, 256, (6, 6, 3), dtype=np.uint8)).save(buffer, "PNG")
-    return buffer.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +23,7 @@ def many_images(s3_server):
     fs = s3fs.S3FileSystem(**s3_server.storage_options, skip_instance_cache=True)
     prefix = f"data/faults-{uuid.uuid4().hex[:6]}"
     names = [f"{'ab'[i % 2]}/{i:03d}.png" for i in range(200)]
-    fs.pipe({f"{prefix}/{name}": _png(i) for i, name in enumerate(names)})
+    fs.pipe({f"{prefix}/{name}": noise_png(i) for i, name in enumerate(names)})
     return f"s3://{prefix}", pd.DataFrame({"filename": names, "class": [n[0] for n in names]})
 
 

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 import remote_keras as rk
-from tests.test_parity import assert_same_batch
+from tests.helpers import assert_same_batch
 
 
 def test_to_tf_dataset_yields_the_iterators_batches(image_dir):

@@ -21,7 +21,7 @@ from lakefs_spec import LakeFSFileSystem
 import remote_keras as rk
 from remote_keras.lakefs import DataVersionCallback, write_data_version
 from remote_keras.testing.lakefs_server import LakeFSTarget, lakefs_target
-from tests.test_parity import assert_same_batch
+from tests.helpers import assert_same_batch
 
 
 @pytest.fixture(scope="module")

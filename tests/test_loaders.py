@@ -14,7 +14,7 @@ from PIL import Image
 
 import remote_keras as rk
 from remote_keras import storage
-from tests.test_parity import assert_same_batch
+from tests.helpers import assert_same_batch
 
 
 @pytest.mark.parametrize("color_mode", ["rgb", "rgba", "grayscale"])

@@ -16,7 +16,7 @@ from remote_keras.loaders.obstore_config import translate_options
 from remote_keras.loaders.obstore_errors import one_line_error
 from remote_keras.testing.proxy import FaultPlan
 from remote_keras.testing.s3 import free_port, rclone_binary
-from tests.test_parity import assert_same_batch
+from tests.helpers import assert_same_batch
 
 PAYLOAD = b"obstore option styles"
 AWS_VARIABLES = (

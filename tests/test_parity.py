@@ -10,33 +10,7 @@ import pytest
 from keras.src.legacy.preprocessing import image as keras_image
 
 import remote_keras as rk
-
-AUGMENT = dict(
-    rotation_range=25,
-    width_shift_range=0.2,
-    height_shift_range=0.1,
-    shear_range=5,
-    zoom_range=0.2,
-    channel_shift_range=10.0,
-    brightness_range=(0.7, 1.3),
-    horizontal_flip=True,
-    vertical_flip=True,
-    rescale=1 / 255,
-)
-
-
-def assert_same_batch(stock, ours):
-    if isinstance(stock, tuple):
-        assert isinstance(ours, tuple) and len(stock) == len(ours)
-        for a, b in zip(stock, ours):
-            assert_same_batch(a, b)
-    elif isinstance(stock, list):
-        assert len(stock) == len(ours)
-        for a, b in zip(stock, ours):
-            np.testing.assert_array_equal(a, b)
-    else:
-        assert stock.dtype == ours.dtype
-        np.testing.assert_array_equal(stock, ours)
+from tests.helpers import AUGMENT, assert_same_batch
 
 
 def both(method, gen_kwargs, *args, **kwargs):

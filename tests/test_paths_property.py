@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import io
 import uuid
 
 import numpy as np
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from PIL import Image
 
 import remote_keras as rk
+from tests.helpers import png_bytes
 
 # Characters people really put in keys, including the glob and URL specials.
 ODD = st.sampled_from(list(" %#[]*?!@$&'()+,;=~^{}") + ["ü", "é", "日", "ß", "..", "-", "_"])
@@ -25,9 +24,7 @@ NAME = st.builds(
 
 
 def _png(value: int) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(np.full((3, 3, 3), value, dtype="uint8")).save(buffer, "PNG")
-    return buffer.getvalue()
+    return png_bytes(np.full((3, 3, 3), value, dtype="uint8"))
 
 
 @settings(

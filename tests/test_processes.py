@@ -15,7 +15,7 @@ import pytest
 
 import remote_keras as rk
 from remote_keras import errors
-from tests.test_parity import assert_same_batch
+from tests.helpers import assert_same_batch
 
 
 def test_iterator_pickles_and_reads_the_same_batches(s3_images, s3_options):

@@ -18,7 +18,7 @@ import remote_keras as rk
 from remote_keras import errors
 from remote_keras.retry import RetryPolicy, fetch_with_retries, is_transient
 from tests.conftest import make_image
-from tests.test_parity import AUGMENT, assert_same_batch
+from tests.helpers import AUGMENT, assert_same_batch
 
 
 class Status503(Exception):

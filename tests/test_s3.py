@@ -10,7 +10,7 @@ import pytest
 from keras.src.legacy.preprocessing import image as keras_image
 
 import remote_keras as rk
-from tests.test_parity import assert_same_batch
+from tests.helpers import assert_same_batch, png_bytes
 
 
 def stock_batches(directory, df=None, **kwargs):
@@ -114,7 +114,7 @@ def test_odd_keys_are_read_literally(s3fs_direct, s3_options, s3_proxy):
     payloads = {}
     for value, name in enumerate(names):
         pixels = np.full((4, 4, 3), value * 20 + int(rng.integers(5)), dtype="uint8")
-        payloads[f"data/odd/{name}"] = _png(pixels)
+        payloads[f"data/odd/{name}"] = png_bytes(pixels)
     s3fs_direct.pipe(payloads)
     df = pd.DataFrame({"filename": names, "class": ["a"] * len(names)})
     gen = rk.ImageDataGenerator(storage_options=s3_options)
@@ -210,15 +210,5 @@ def test_model_fit_one_epoch_on_s3(s3_images, s3_options):
     assert len(history.history["loss"]) == 1 and np.isfinite(history.history["loss"][0])
 
 
-def _png(pixels: np.ndarray) -> bytes:
-    import io
-
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 def _tiny_png() -> bytes:
-    return _png(np.zeros((2, 2, 3), dtype="uint8"))
+    return png_bytes(np.zeros((2, 2, 3), dtype="uint8"))
