@@ -83,22 +83,37 @@ class ImageLoadError(_NamesUrl, OSError):
     """
 
     attempts: int  # set on the error `gave_up` builds
+    seconds: float | None
 
     def __init__(self, url: str, message: str) -> None:
         super().__init__(message)
         self.url = url
 
 
-def gave_up(url: str, attempts: int, cause: BaseException) -> ImageLoadError:
-    """The error raised when retries of a transient failure are exhausted."""
+def gave_up(
+    url: str, attempts: int, cause: BaseException, seconds: float | None = None
+) -> ImageLoadError:
+    """The error raised when retries of a transient failure are exhausted.
+
+    Args:
+        url: What could not be read.
+        attempts: Requests made for it.
+        cause: The last failure.
+        seconds: Time spent since the first attempt, when known.
+
+    Returns:
+        An `ImageLoadError` with `attempts` and `seconds` attributes.
+    """
     shown = redact(url)
     last = cause.__cause__ if isinstance(cause, ImageLoadError) and cause.__cause__ else cause
+    spent = f" over {seconds:.1f} s" if seconds is not None else ""
     error = ImageLoadError(
         shown,
-        f"Gave up reading {shown!r} after {attempts} attempt(s); last error: "
+        f"Gave up reading {shown!r} after {attempts} attempt(s){spent}; last error: "
         f"{type(last).__name__}: {last}",
     )
     error.attempts = attempts
+    error.seconds = seconds
     error.__cause__ = cause
     return error
 

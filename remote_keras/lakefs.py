@@ -9,6 +9,11 @@ training never leak into it. `iterator.lakefs_pins` lists the pins, and
 Configuration is lakeFS's own: `storage_options` (`host`, `username`,
 `password`, ...), else the `LAKECTL_*` environment variables, else
 `~/.lakectl.yaml`, as `lakefs_spec.LakeFSFileSystem` reads them.
+
+The lakeFS SDK keeps `5 * cpu_count` connections per host, fewer than the
+iterator's fetch threads (`max_in_flight`, 128 by default); `get_object`
+raises that to `POOL_CONNECTIONS` on first use, so connections are reused
+instead of discarded (urllib3's "Connection pool is full" warnings).
 """
 
 from __future__ import annotations
@@ -22,6 +27,13 @@ from typing import Any
 import keras
 
 from remote_keras import errors, storage
+
+# Connections the lakeFS client keeps per host, as s3fs's pool (`storage.PROTOCOL_DEFAULTS`).
+POOL_CONNECTIONS = 256
+# (connect, read) seconds of one object read, as for S3 (`storage.PROTOCOL_DEFAULTS`): a
+# stalled read becomes a transient failure that is retried, never a hung batch.
+REQUEST_TIMEOUT_S = (10, 60)
+_POOL_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +126,38 @@ def get_object(fs: Any, url: str) -> bytes:
     """
     repository, ref, path = split(url)
     api = fs.client.sdk_client.objects_api
-    return bytes(api.get_object(repository, ref, path, presign=False))
+    if getattr(api.api_client, "_remote_keras_pool", 0) < POOL_CONNECTIONS:
+        size_pool(fs.client)
+    return bytes(
+        api.get_object(repository, ref, path, presign=False, _request_timeout=REQUEST_TIMEOUT_S)
+    )
+
+
+def size_pool(client: Any, connections: int = POOL_CONNECTIONS) -> None:
+    """Lets a `lakefs.Client` keep `connections` connections per host (at least).
+
+    The SDK sizes its urllib3 pool once, when the client is made; this gives
+    the client a new pool of the new size (requests in flight finish on the
+    old one). Clients whose SDK does not have this structure are left alone.
+
+    Args:
+        client: A `lakefs.Client`, e.g. `LakeFSFileSystem(...).client`.
+        connections: Connections to keep per host.
+    """
+    from lakefs_sdk import rest
+
+    with _POOL_LOCK:
+        api_client = client.sdk_client.objects_api.api_client
+        if getattr(api_client, "_remote_keras_pool", 0) >= connections:
+            return
+        config = client.config
+        try:
+            if (config.connection_pool_maxsize or 0) < connections:
+                config.connection_pool_maxsize = connections
+            api_client.rest_client = rest.RESTClientObject(config)
+        except (AttributeError, TypeError):  # another SDK layout: keep its pool
+            pass
+        api_client._remote_keras_pool = connections
 
 
 class DataVersionCallback(keras.callbacks.Callback):

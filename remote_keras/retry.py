@@ -1,12 +1,20 @@
-"""Retries of transient storage failures, so one failed request does not end a training run.
+"""Retries of transient storage failures: neither a failed request nor an outage ends training.
 
 A batch is fetched, then every file that failed with a *transient* error
-(connection reset, timeout, truncated body, HTTP 408/429/500/502/503/504,
-S3 `SlowDown`) is fetched again after a capped exponential backoff with full
-jitter, until it succeeds, reaches `attempts`, or the batch's `budget` of
-extra requests is spent. Missing objects, bad credentials and corrupt data
-are never retried. The data a batch holds never depends on retries: only
-failed files are fetched again, into the same positions.
+(connection refused or reset, timeout, truncated body, HTTP
+408/429/500/502/503/504, S3 `SlowDown`, a temporary DNS failure) is fetched
+again after a capped exponential backoff with full jitter, until it succeeds
+or `deadline_s` (3 minutes by default) has passed since its first attempt.
+So a store that restarts, fails over or is unreachable for up to about three
+minutes only pauses training; nothing is counted per batch by default, so a
+long outage costs nothing but time. `attempts` and `budget` add hard caps.
+
+Never retried, because trying again cannot help: missing objects, bad
+credentials, corrupt data, an unknown host name (DNS says it does not exist)
+and a TLS certificate that fails verification.
+
+The data a batch holds never depends on retries: only failed files are
+fetched again, into the same positions.
 """
 
 from __future__ import annotations
@@ -14,8 +22,10 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
+import socket
+import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from remote_keras import errors
@@ -27,6 +37,7 @@ _TRANSIENT_NAMES = frozenset(
         "ClientPayloadError",
         "ServerDisconnectedError",
         "ClientOSError",
+        "ClientConnectorError",
         "ServerTimeoutError",
         "ProtocolError",
         "IncompleteRead",
@@ -35,8 +46,11 @@ _TRANSIENT_NAMES = frozenset(
         "ReadTimeout",
         "ConnectTimeout",
         "EndpointConnectionError",
+        "ConnectionClosedError",
         "ResponseStreamingError",
         "ContentLengthError",
+        "MaxRetryError",  # urllib3 (lakefs-sdk): its connection retries are spent
+        "NewConnectionError",  # urllib3: connection refused
     }
 )
 _TRANSIENT_CODES = frozenset(
@@ -52,46 +66,92 @@ _TRANSIENT_CODES = frozenset(
 # obstore reports every failure as a GenericError; only its text tells them apart.
 _TRANSIENT_TEXT = re.compile(
     r"\b(408|429|500|502|503|504)\b|SlowDown|Service Unavailable|error sending request"
-    r"|body error|timed out|connection (reset|closed)",
+    r"|body error|timed out|connection (reset|closed|refused)",
     re.IGNORECASE,
 )
 _PERMANENT = (FileNotFoundError, PermissionError, errors.ImageDecodeError, errors.InvalidRowsError)
+# Failures that are configuration, whatever wraps them: a host name that does not exist
+# (getaddrinfo's EAI_NONAME / EAI_NODATA in the words of glibc, macOS, Windows, Rust and Go),
+# and a certificate that fails verification. "Temporary failure in name resolution"
+# (EAI_AGAIN) is not among them: it is retried.
+_PERMANENT_TEXT = re.compile(
+    r"Name or service not known|nodename nor servname provided|No address associated with"
+    r" hostname|getaddrinfo failed|no such host|CERTIFICATE_VERIFY_FAILED",
+    re.IGNORECASE,
+)
+_PERMANENT_NAMES = frozenset({"ClientConnectorCertificateError", "SSLCertVerificationError"})
+_UNKNOWN_HOST_ERRNOS = frozenset(
+    getattr(socket, name) for name in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, name)
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class RetryPolicy:
     """How transient failures are retried.
 
+    The defaults ride out an outage of the store (refused connections,
+    resets, 5xx) of up to `deadline_s` without tuning.
+
     Args:
-        attempts: Requests per file at most, the first included. `1` turns
-            retries off.
-        budget: Extra requests one batch may spend on retries in total.
-        backoff_s: Base delay; attempt `n` waits up to
+        attempts: Requests per file at most, the first included; `1` turns
+            retries off. `None` (the default): as many as fit in `deadline_s`.
+        budget: Retries one batch may make in total, whatever their cause;
+            `None` (the default): no limit, as an outage of a few minutes
+            would spend any fixed number.
+        backoff_s: Base delay; retry `n` of a file waits up to
             `min(max_backoff_s, backoff_s * 2**n)` seconds (full jitter).
-        max_backoff_s: Cap of one delay.
+        max_backoff_s: Cap of one delay, so a file is tried again within
+            this many seconds of the store coming back.
         timeout_s: Seconds one request may take before it counts as a
             transient failure (a stalled request never hangs training).
+        deadline_s: No retry of a file starts later than this many seconds
+            after its first attempt; the last one is made at the deadline.
     """
 
-    attempts: int = 5
-    budget: int = 64
+    attempts: int | None = None
+    budget: int | None = None
     backoff_s: float = 0.1
     max_backoff_s: float = 5.0
     timeout_s: float = 60.0
+    deadline_s: float = 180.0
 
     def __post_init__(self) -> None:
-        if self.attempts < 1 or self.budget < 0 or self.timeout_s <= 0:
+        if (
+            (self.attempts is not None and self.attempts < 1)
+            or (self.budget is not None and self.budget < 0)
+            or self.timeout_s <= 0
+            or self.deadline_s < 0
+            or self.backoff_s < 0
+            or self.max_backoff_s < 0
+        ):
             raise ValueError(
-                f"`retries` needs attempts >= 1, budget >= 0 and timeout_s > 0. Received: {self!r}"
+                "`retries` needs attempts >= 1 (or None), budget >= 0 (or None), timeout_s > 0 "
+                f"and non-negative backoff_s, max_backoff_s and deadline_s. Received: {self!r}"
             )
 
     def delay(self, attempt: int, rng: random.Random) -> float:
-        """Seconds to wait before retry number `attempt` (1 for the first retry)."""
-        return rng.uniform(0, min(self.max_backoff_s, self.backoff_s * 2**attempt))
+        """Seconds to wait before retry number `attempt` (1 for the first retry).
+
+        Args:
+            attempt: Which retry this is.
+            rng: Source of the jitter.
+
+        Returns:
+            A delay drawn uniformly from `[0, min(max_backoff_s, backoff_s * 2**attempt)]`.
+        """
+        return rng.uniform(0, min(self.max_backoff_s, self.backoff_s * 2 ** min(attempt, 64)))
 
 
 def as_policy(retries: RetryPolicy | int | None) -> RetryPolicy:
-    """Accepts a policy, a number of attempts, or `None` for the default policy."""
+    """Accepts a policy, a number of attempts, or `None` for the default policy.
+
+    Args:
+        retries: A `RetryPolicy`; an int `n`, the default policy with at most
+            `n` attempts per file (`1`: no retries); or `None`.
+
+    Returns:
+        The `RetryPolicy`.
+    """
     if retries is None:
         return RetryPolicy()
     if isinstance(retries, RetryPolicy):
@@ -103,12 +163,48 @@ def as_policy(retries: RetryPolicy | int | None) -> RetryPolicy:
     )
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Whether `exc`, or an exception it was raised from, is worth retrying."""
-    seen = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and the exceptions it was raised from (and urllib3's `reason`), outermost first."""
+    seen: set[int] = set()
+    pending = [exc]
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
         seen.add(id(current))
+        yield current
+        for linked in (getattr(current, "reason", None), current.__cause__, current.__context__):
+            if isinstance(linked, BaseException):
+                pending.append(linked)
+
+
+def _is_configuration(exc: BaseException) -> bool:
+    """An unknown host or a failed certificate check, anywhere in the chain."""
+    for current in _chain(exc):
+        if isinstance(current, socket.gaierror) and current.errno in _UNKNOWN_HOST_ERRNOS:
+            return True
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return True
+        if type(current).__name__ in _PERMANENT_NAMES or _PERMANENT_TEXT.search(str(current)):
+            return True
+    return False
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether `exc`, or an exception it was raised from, is worth retrying.
+
+    Args:
+        exc: What a loader raised or returned, translated or not.
+
+    Returns:
+        `True` for connection failures, timeouts, truncated bodies and
+        throttling or server errors; `False` for missing objects, bad
+        credentials, corrupt data, unknown hosts, failed certificate checks
+        and anything not recognised.
+    """
+    if _is_configuration(exc):
+        return False
+    for current in _chain(exc):
         if isinstance(current, _PERMANENT):
             return False
         if isinstance(current, (ConnectionError, TimeoutError)):
@@ -127,7 +223,6 @@ def is_transient(exc: BaseException) -> bool:
                 return True
         if "Generic" in name and _TRANSIENT_TEXT.search(str(current)):  # obstore
             return True
-        current = current.__cause__ or current.__context__
     return False
 
 
@@ -136,6 +231,7 @@ def fetch_with_retries(
     paths: Sequence[str],
     policy: RetryPolicy,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[list[Any], int]:
     """Fetches `paths`, retrying transient failures per `policy`.
 
@@ -143,36 +239,44 @@ def fetch_with_retries(
         fetch: Reads a list of paths; returns one result per path, an
             exception in place of a failed read.
         paths: What to read.
-        policy: Attempts, budget, backoff.
+        policy: Deadline, attempts, budget, backoff.
         sleep: For tests.
+        clock: For tests: monotonic seconds.
 
     Returns:
         `(results, retries)`: the results in order, transient failures that
         could not be recovered replaced by an `ImageLoadError` naming the
-        URL, the attempts and the last cause; and the number of retries made.
+        URL, the attempts, the seconds spent and the last cause; and the
+        number of retries made.
     """
+    start = clock()
     results = list(fetch(list(paths)))
     attempts = [1] * len(paths)
     budget = policy.budget
     rng = random.Random()  # noqa: S311 - jitter only, never influences which data is read
     retries = 0
-    while budget > 0:
+    while budget is None or budget > 0:
         again = [
             i
             for i, result in enumerate(results)
             if isinstance(result, BaseException)
-            and attempts[i] < policy.attempts
+            and (policy.attempts is None or attempts[i] < policy.attempts)
             and is_transient(result)
-        ][:budget]
-        if not again:
+        ]
+        if budget is not None:
+            again = again[:budget]
+        remaining = policy.deadline_s - (clock() - start)
+        if not again or remaining <= 0:
             break
-        sleep(policy.delay(max(attempts[i] for i in again), rng))
+        sleep(min(remaining, policy.delay(max(attempts[i] for i in again), rng)))
         for i, result in zip(again, fetch([paths[i] for i in again])):
             results[i] = result
             attempts[i] += 1
-        budget -= len(again)
+        if budget is not None:
+            budget -= len(again)
         retries += len(again)
+    spent = clock() - start
     for i, result in enumerate(results):
         if isinstance(result, BaseException) and is_transient(result):
-            results[i] = errors.gave_up(paths[i], attempts[i], result)
+            results[i] = errors.gave_up(paths[i], attempts[i], result, seconds=spent)
     return results, retries

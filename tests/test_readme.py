@@ -45,6 +45,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import threading
 from collections import Counter
 from pathlib import Path
@@ -124,14 +125,16 @@ def readme_blocks() -> list[Block]:
     lines = README.read_text(encoding="utf-8").splitlines()
     blocks, section, counts, i = [], "top", Counter(), 0
     while i < len(lines):
-        fence = re.match(r"^```(\S*)\s*$", lines[i])
+        fence = re.match(r"^(\s*)```(\S*)\s*$", lines[i])  # indented too (inside a list item)
         heading = re.match(r"^#{1,6} (.+)$", lines[i])
         if heading:
             section = _slug(heading.group(1))
         elif fence:
-            end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), None)
+            indent, lang = fence.groups()
+            closing = indent + "```"
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith(closing)), None)
             assert end is not None, f"README.md:{i + 1}: fence never closed"
-            lang, code = fence.group(1), "\n".join(lines[i + 1 : end]) + "\n"
+            code = textwrap.dedent("\n".join(lines[i + 1 : end])) + "\n"
             if lang == "python":
                 counts[section] += 1
                 name = f"{section}-{counts[section]}"

@@ -16,6 +16,16 @@ Magic paths, answered by the proxy itself (never forwarded, counted or faulted):
 - `GET /__proxy__/faults`: the fault plan as JSON (`null` when none).
 - `POST /__proxy__/faults` with a JSON body (`FaultPlan` fields, or `null`): replaces
   the fault plan, as `CountingProxy.set_faults` does; answers the new plan (400 if invalid).
+- `POST /__proxy__/outage` with a JSON body `{"seconds": 10}`: an outage, as
+  `CountingProxy.outage` does; answered (`{"seconds": 10}`, 400 if invalid) once the
+  proxy is down, then that connection closes too.
+
+Outages (`CountingProxy.outage(seconds)`, `ProxyProcess.outage(seconds)`, or the magic
+path) stand in for a server restart: the proxy closes its listening socket, so new
+connections are refused (`ECONNREFUSED`), and resets (RST) every open connection, so
+requests in flight and pooled keep-alive connections fail with a reset. After `seconds`
+it listens again on the same port; counts and the fault plan carry on. During an outage
+the magic paths cannot be reached either. A new outage while one lasts extends it.
 
 As a script: `python proxy.py --upstream-port N [--delay-ms MS] [--faults JSON]` prints
 its port, then serves until terminated (this is how `ProxyProcess` runs it).
@@ -36,6 +46,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections import Counter
 from urllib.parse import urlsplit
@@ -44,6 +55,8 @@ from urllib.parse import urlsplit
 COUNTS_PATH = "/__proxy__/counts"
 # Requests to this path read (GET) or replace (POST, JSON body) the fault plan.
 FAULTS_PATH = "/__proxy__/faults"
+# A POST to this path (JSON body `{"seconds": N}`) takes the proxy down for N seconds.
+OUTAGE_PATH = "/__proxy__/outage"
 
 FAULT_KINDS = ("503", "500", "429", "reset-before", "reset-mid-body", "truncate", "stall")
 # kind -> (reason phrase, S3 error code, message)
@@ -52,6 +65,7 @@ _STATUS_FAULTS = {
     "500": ("Internal Server Error", "InternalError", "We encountered an internal error."),
     "429": ("Too Many Requests", "TooManyRequests", "Please reduce your request rate."),
 }
+_CLOSE = "Connection: close\r\n"
 _LAKEFS_API = "/api/v1/"
 # lakeFS object reads (refs) and writes/deletes (branches); `?path=` names the object.
 _LAKEFS_OBJECT = re.compile(r"^/api/v1/repositories/[^/]+/(refs|branches)/[^/]+/objects$")
@@ -145,6 +159,8 @@ class CountingProxy:
     Attributes:
         counts: `collections.Counter` of requests by kind (faulted ones included).
         faults_injected: `collections.Counter` of injected faults by kind.
+        outages: `(start, end)` of each outage so far, in `time.monotonic()` seconds;
+            `end` is `None` while it lasts.
     """
 
     def __init__(
@@ -160,6 +176,10 @@ class CountingProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._clients: set[asyncio.StreamWriter] = set()
+        self._returning: asyncio.Task | None = None
+        self._up_at = 0.0  # loop time the current outage ends
+        self.outages: list[tuple[float, float | None]] = []
         self.set_faults(faults)
 
     @property
@@ -184,6 +204,25 @@ class CountingProxy:
             faults, self.faults_injected = self.faults_injected, Counter()
         return counts + Counter({f"fault:{k}": n for k, n in faults.items()})
 
+    @property
+    def is_down(self) -> bool:
+        """Whether an outage is under way (the port refuses connections)."""
+        return self._server is None and self._thread.is_alive()
+
+    def outage(self, seconds: float) -> None:
+        """Stops serving for `seconds`, then listens again on the same port.
+
+        New connections are refused and open ones are reset; returns once the proxy
+        is down. An outage while one lasts extends it to end `seconds` from now at
+        the earliest.
+
+        Args:
+            seconds: How long the port stays closed.
+        """
+        if not seconds >= 0:
+            raise ValueError(f"seconds must be >= 0, got {seconds!r}")
+        asyncio.run_coroutine_threadsafe(self._go_down(seconds), self._loop).result(10)
+
     def start(self) -> CountingProxy:
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(self._start(), self._loop)
@@ -191,8 +230,43 @@ class CountingProxy:
         return self
 
     async def _start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
         self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _go_down(self, seconds: float, keep: asyncio.StreamWriter | None = None) -> None:
+        """Closes the listening socket and resets every client connection but `keep`."""
+        loop = asyncio.get_running_loop()
+        self._up_at = max(self._up_at, loop.time() + seconds)
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+            self.outages.append((time.monotonic(), None))
+        for writer in list(self._clients):
+            if writer is not keep:
+                _reset(writer)
+        if self._returning is None or self._returning.done():
+            self._returning = self._track(self._come_back())
+
+    async def _come_back(self) -> None:
+        """Listens on the same port again once the outage is over."""
+        loop = asyncio.get_running_loop()
+        while self._server is None:
+            wait = self._up_at - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            try:
+                await self._start()
+            except OSError:  # e.g. an outgoing connection's ephemeral port, for a moment
+                await asyncio.sleep(0.05)
+        start, _ = self.outages[-1]
+        self.outages[-1] = (start, time.monotonic())
+
+    def _track(self, coroutine) -> asyncio.Task:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     def stop(self) -> None:
         async def _stop() -> None:
@@ -237,6 +311,16 @@ class CountingProxy:
         task = asyncio.current_task()
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if self._server is None:  # accepted just before an outage, handled after it began
+            _reset(client_writer)
+            return
+        self._clients.add(client_writer)
+        try:
+            await self._serve(client_reader, client_writer)
+        finally:
+            self._clients.discard(client_writer)
+
+    async def _serve(self, client_reader, client_writer) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         except OSError:
@@ -248,6 +332,10 @@ class CountingProxy:
                 head = await client_reader.readuntil(b"\r\n\r\n")
                 request_line, headers = _parse_head(head)
                 method, target = (request_line.split(" ") + ["", ""])[:2]
+                if target.startswith(OUTAGE_PATH):
+                    body = await _read_body(client_reader, headers)
+                    await self._answer_outage(method, body, client_writer)
+                    return
                 if target.startswith((COUNTS_PATH, FAULTS_PATH)):
                     body = await _read_body(client_reader, headers)
                     client_writer.write(self._answer_magic(method, target, body))
@@ -276,6 +364,22 @@ class CountingProxy:
             except asyncio.CancelledError:  # stopped meanwhile: a handler must not end cancelled
                 back.cancel()
             client_writer.close()
+
+    async def _answer_outage(self, method: str, body: bytes, writer: asyncio.StreamWriter) -> None:
+        """Goes down as a POST on `OUTAGE_PATH` asks, then answers it and closes."""
+        try:
+            if method != "POST":
+                raise ValueError(f"{OUTAGE_PATH} takes a POST, not a {method}")
+            seconds = json.loads(body.decode() or "null")["seconds"]
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+                raise ValueError(f"seconds must be a number >= 0, got {seconds!r}")
+        except (ValueError, TypeError, KeyError) as error:
+            answer = _response(400, "Bad Request", json.dumps(str(error)).encode(), _CLOSE)
+        else:
+            await self._go_down(seconds, keep=writer)
+            answer = _response(200, "OK", json.dumps({"seconds": seconds}).encode(), _CLOSE)
+        writer.write(answer)
+        await writer.drain()  # the caller closes the connection
 
     def _answer_magic(self, method: str, target: str, body: bytes) -> bytes:
         """The response to a request on `COUNTS_PATH` or `FAULTS_PATH`."""
@@ -524,6 +628,20 @@ class ProxyProcess:
         """Returns the faults injected so far, by kind (without the `fault:` prefix)."""
         counts = self.counts()
         return Counter({k[6:]: n for k, n in counts.items() if k.startswith("fault:")})
+
+    def outage(self, seconds: float) -> None:
+        """Takes the running proxy down for `seconds` (see `CountingProxy.outage`).
+
+        Returns once it is down.
+
+        Args:
+            seconds: How long the port stays closed.
+        """
+        body = json.dumps({"seconds": seconds}).encode()
+        url = self.endpoint_url + OUTAGE_PATH
+        request = urllib.request.Request(url, body, method="POST")  # noqa: S310 - 127.0.0.1
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - 127.0.0.1
+            response.read()
 
     def set_faults(self, plan: FaultPlan | None) -> None:
         """Replaces the running proxy's fault plan (see `CountingProxy.set_faults`)."""
