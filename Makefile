@@ -1,13 +1,24 @@
 # Two commands do all setup on a fresh machine with Python 3 and make:
 #   make demo   - train from a local S3 server and compare with stock Keras on local disk
-#   make test   - lint and run the whole test suite
-# and `make bench` runs the full benchmark (about 10 minutes; see bench/run.py).
+#   make test   - lint, run the whole test suite, then `make test-oldest` (what CI runs)
+# and:
+#   make test-fast   - lint and every test except `slow` ones and the `network` suites that
+#                      download from the package index (about a minute)
+#   make test-oldest - the parity, concurrency, generator and sharding tests on the oldest
+#                      supported Keras/TensorFlow pair (.ci/constraints-oldest.txt), in
+#                      .venv-oldest (created on first use, reused while the pins are unchanged)
+#   make docs        - the documentation site (API reference from the docstrings) into site/
+#   make bench       - the full benchmark (about 10 minutes; see bench/run.py)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Run on the oldest pair too (the two-JAX-process test skips there, saying why).
+OLDEST_TESTS := tests/test_api.py tests/test_parity.py tests/test_concurrency.py \
+	tests/test_keras_preprocessing_suite.py tests/test_sharding.py \
+	tests/test_sharding_versions.py
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test test-fast test-oldest lint docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,12 +35,23 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check remote_keras tests bench
 	$(BIN)/ruff format --check remote_keras tests bench
+	$(BIN)/mypy
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict -d site
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
 test: lint
 	$(BIN)/python -m pytest
+	$(MAKE) --no-print-directory test-oldest
+
+test-fast: lint
+	$(BIN)/python -m pytest -m "not slow and not network"
+
+test-oldest:
+	PYTHON=$(PYTHON) bash .ci/test-oldest $(OLDEST_TESTS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-oldest .pytest_cache .ruff_cache .mypy_cache site

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import Any
 
 import keras
 
@@ -82,7 +83,7 @@ class InputStallCallback(keras.callbacks.Callback):
     """
 
     def __init__(
-        self, iterator, verbose: int = 1, print_fn: Callable[[str], None] | None = None
+        self, iterator: Any, verbose: int = 1, print_fn: Callable[[str], None] | None = None
     ) -> None:
         super().__init__()
         self.iterator = iterator

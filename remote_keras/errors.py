@@ -1,18 +1,21 @@
 """Errors raised by remote_keras, and the one place storage errors are translated.
 
-Every error names the URL (or dataframe row) at fault and never a secret.
-Callers catch the builtin families they already know::
+Every error names the URL (or dataframe row) at fault and never a secret, and
+every one pickles (so it crosses Keras's worker processes). Callers catch the
+builtin families they already know:
 
-    OSError
-    ├── FileNotFoundError        missing object, prefix or `directory`
-    ├── PermissionError          bad or missing credentials
-    ├── ConnectionError          the server cannot be reached
-    └── ImageLoadError           any other failure to read bytes
-    ValueError
-    ├── ImageDecodeError         bytes that are not a decodable image
-    └── InvalidRowsError         dataframe rows with NaN, empty or non-string paths
-    ImportError
-    └── MissingBackendError      a URL whose fsspec backend is not installed
+```text
+OSError
+├── FileNotFoundError        missing object, prefix, bucket or `directory`
+├── PermissionError          bad or missing credentials
+├── ConnectionError          the server cannot be reached
+└── ImageLoadError           any other failure to read bytes (or retries given up)
+ValueError
+├── ImageDecodeError         bytes that are not a decodable image
+└── InvalidRowsError         dataframe rows with NaN, empty or non-string paths
+ImportError
+└── MissingBackendError      a URL whose fsspec backend is not installed
+```
 """
 
 from __future__ import annotations

@@ -12,6 +12,14 @@ When `num_shards` / `shard_index` are not given they are read, in this order,
 from the active `tf.distribute` strategy, the `TF_CONFIG` environment variable
 (chief and workers take part; evaluators and parameter servers read
 everything), and a multi-process `keras.distribution` (JAX).
+
+Supported Keras: 3.8 to 3.15. Only from Keras 3.15 does a `keras.distribution`
+say which shard a process reads (`Distribution.num_processes`, `data_shard_id`,
+`num_model_replicas`). On Keras 3.8 to 3.14, a distribution set while several
+(JAX) processes run raises a `RuntimeError` asking for explicit `num_shards` /
+`shard_index` (`jax.process_count()`, `jax.process_index()`) rather than let
+every process silently read the whole dataset; with one process, it reads
+everything, as it should.
 """
 
 from __future__ import annotations
@@ -92,27 +100,27 @@ def resolve(num_shards: int | None, shard_index: int | None, remainder: str = "p
 
 def detect() -> Shard:
     """The shard of this process from the training cluster around it, if any."""
-    for source, find in (
-        ("tf.distribute", _from_tf_strategy),
-        ("TF_CONFIG", _from_tf_config),
-        ("keras.distribution", _from_keras_distribution),
-    ):
+    return _detect(SOURCES)
+
+
+def in_tf_multi_worker() -> bool:
+    """Whether TensorFlow multi-worker training (a strategy or `TF_CONFIG`) is set up."""
+    return _detect(SOURCES[:2]).source != "none"  # never asks keras.distribution
+
+
+def _detect(sources) -> Shard:
+    for source, find in sources:
         found = find()
         if found is not None and found[1] > 1:
             return Shard(found[0], found[1], source=source)
     return Shard()
 
 
-def in_tf_multi_worker() -> bool:
-    """Whether TensorFlow multi-worker training (a strategy or `TF_CONFIG`) is set up."""
-    return detect().source in ("tf.distribute", "TF_CONFIG")
-
-
 def _position(cluster: dict, task_type: str | None, task_id: int | None) -> tuple[int, int]:
     """`(index, count)` of a task among the cluster's chief and workers."""
     members = [("chief", i) for i in range(len(cluster.get("chief", [])))]
     members += [("worker", i) for i in range(len(cluster.get("worker", [])))]
-    if (task_type, task_id) not in members:
+    if task_type is None or task_id is None or (task_type, task_id) not in members:
         return 0, 1  # evaluator, parameter server, or not part of the cluster
     return members.index((task_type, task_id)), len(members)
 
@@ -146,10 +154,55 @@ def _from_keras_distribution() -> tuple[int, int] | None:
     from keras import distribution
 
     current = distribution.distribution()
-    if current is None or getattr(current, "num_processes", 1) <= 1:
+    if current is None:
         return None
+    if all(hasattr(type(current), name) for name in KERAS_SHARD_API):  # Keras >= 3.15
+        processes = current.num_processes
+        if processes <= 1:
+            return None
+        try:
+            return current.data_shard_id, min(current.num_model_replicas, processes)
+        except NotImplementedError:
+            reason = f"{type(current).__name__} does not say how it splits the data"
+    else:
+        processes = _backend_process_count()
+        if processes <= 1:
+            return None
+        reason = (
+            f"Keras {_keras_version()} cannot say which part of the data this process reads "
+            "(Distribution.num_processes, data_shard_id and num_model_replicas need Keras >= 3.15)"
+        )
+    raise RuntimeError(
+        f"A keras.distribution ({type(current).__name__}) is set and {processes} processes run, "
+        f"but {reason}, so every process would read the whole dataset. Pass the shard "
+        "explicitly, e.g. num_shards=jax.process_count(), shard_index=jax.process_index() "
+        "(or num_shards=1 to read everything in every process), or upgrade Keras."
+    )
+
+
+# Where `detect` looks, in order.
+SOURCES = (
+    ("tf.distribute", _from_tf_strategy),
+    ("TF_CONFIG", _from_tf_config),
+    ("keras.distribution", _from_keras_distribution),
+)
+
+# What a `keras.distribution.Distribution` tells about its processes from Keras 3.15 on.
+KERAS_SHARD_API = ("num_processes", "data_shard_id", "num_model_replicas")
+
+
+def _backend_process_count() -> int:
+    """Processes of the Keras backend's multi-process runtime (JAX's, before Keras 3.15)."""
     try:
-        shards = min(current.num_model_replicas, current.num_processes)
-    except NotImplementedError:
-        return None
-    return current.data_shard_id, shards
+        from keras.src.backend import distribution_lib
+    except ImportError:
+        distribution_lib = None
+    count = getattr(distribution_lib, "num_processes", None)
+    if count is not None:
+        return int(count())
+    jax = sys.modules.get("jax")
+    return int(jax.process_count()) if jax is not None else 1
+
+
+def _keras_version() -> str:
+    return getattr(sys.modules.get("keras"), "__version__", "?")

@@ -241,7 +241,7 @@ def test_s3fs_sees_each_fault(s3_server, proxy, prefix):
     for kind in FAULT_KINDS:
         proxy.set_faults(plan(kind))
         start = time.monotonic()
-        with pytest.raises(Exception) as caught:  # noqa: B017 - checked below
+        with pytest.raises(Exception) as caught:
             fs.cat_file(f"{prefix}/a.bin")
         errors = chain(caught.value)
         if kind in STATUS_CODES:
@@ -344,7 +344,7 @@ def test_lakefs_spec_sees_each_fault(lakefs_repo, lakefs_proxy):
     fs = lakefs_client(server, lakefs_proxy)
     for kind in FAULT_KINDS:
         lakefs_proxy.set_faults(plan(kind))
-        with pytest.raises(Exception) as caught:  # noqa: B017 - checked below
+        with pytest.raises(Exception) as caught:
             fs.cat_file(f"lakefs://{repo}/main/obj.bin")
         errors = chain(caught.value)
         faults = lakefs_proxy.faults_injected[kind]

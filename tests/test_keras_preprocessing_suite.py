@@ -22,6 +22,8 @@ import pytest
 VERSION = "1.1.2"
 HERE = Path(__file__).parent
 
+pytestmark = pytest.mark.network
+
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory) -> Path:

@@ -24,7 +24,7 @@ import pytest
 
 from remote_keras.testing.lakefs_server import LakeFSTarget, lakefs_target
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 LAKEFS_SPEC_VERSION = "0.15.1"
 EXPECTED_TESTS = 104  # collected in its tests/ outside tests/smoke_tests

@@ -307,7 +307,7 @@ def test_a_refused_lakefs_connection_is_transient_raw_and_translated():
         host=f"http://127.0.0.1:{free_port()}", username="a", password="b", skip_instance_cache=True
     )
     url = "lakefs://repo/main/k.png"
-    with pytest.raises(Exception) as caught:  # noqa: B017 - the SDK's own type, checked below
+    with pytest.raises(Exception) as caught:
         lakefs.get_object(fs, url)
     assert type(caught.value).__name__ == "MaxRetryError"
     assert is_transient(caught.value)
@@ -460,7 +460,7 @@ def test_fit_shows_the_give_up_message_whatever_the_backend_wraps_it_in():
             [keras.Input((6, 6, 3)), keras.layers.Flatten(), keras.layers.Dense(2, "softmax")]
         )
         model.compile("sgd", "categorical_crossentropy")
-        with pytest.raises(Exception) as caught:  # noqa: B017 - TF wraps it: see README
+        with pytest.raises(Exception) as caught:
             model.fit(it, epochs=1, verbose=0)
     message = str(caught.value)
     assert "Gave up reading 's3://bucket/a/040.png' after 1 attempt(s)" in message

@@ -1087,7 +1087,8 @@ class _Api:
                 part.get_content_type() if part.get("Content-Type") else "application/octet-stream"
             )
             body = tempfile.SpooledTemporaryFile()
-            body.write(part.get_payload(decode=True) or b"")
+            payload = part.get_payload(decode=True)
+            body.write(payload if isinstance(payload, bytes) else b"")
             body.seek(0)
         metadata = {
             k.lower()[len(META_HEADER_PREFIX) :]: v
@@ -1253,7 +1254,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib name
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
     def _read_body(self) -> IO[bytes]:
@@ -1505,7 +1506,12 @@ def main() -> None:
     import signal
 
     server = LakeFSServer().start()
-    signal.signal(signal.SIGTERM, lambda *_: (server.stop(), os._exit(0)))
+
+    def stop(*_: object) -> None:
+        server.stop()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
     print(json.dumps(server.storage_options), flush=True)
     threading.Event().wait()
 

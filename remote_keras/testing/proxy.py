@@ -309,8 +309,9 @@ class CountingProxy:
         # The loop holds tasks weakly; once the client's connection is lost, nothing else
         # would hold this one, which may still be finishing (and be garbage-collected).
         task = asyncio.current_task()
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         if self._server is None:  # accepted just before an outage, handled after it began
             _reset(client_writer)
             return
@@ -347,7 +348,7 @@ class CountingProxy:
                     plan = self._faults
                 if self.delay_s:
                     await asyncio.sleep(self.delay_s)
-                if fault is not None:
+                if fault is not None and plan is not None:
                     await self._inject(fault, plan, head, headers, client_reader, client_writer)
                     return
                 up_writer.write(head)
@@ -609,6 +610,8 @@ class ProxyProcess:
         self._process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
+        if self._process.stdout is None:  # cannot happen: stdout=PIPE
+            raise RuntimeError("the proxy process has no stdout")
         self.port = int(self._process.stdout.readline())
         return self
 
@@ -655,7 +658,8 @@ class ProxyProcess:
         if self._process is not None:
             self._process.terminate()
             self._process.wait(10)
-            self._process.stdout.close()
+            if self._process.stdout is not None:
+                self._process.stdout.close()
             self._process = None
 
     def __enter__(self) -> ProxyProcess:

@@ -12,8 +12,8 @@ import types
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from keras.src.legacy.preprocessing import image as legacy  # noqa: E402
-from keras.src.utils import image_utils  # noqa: E402
+from keras.src.legacy.preprocessing import image as legacy
+from keras.src.utils import image_utils
 
 if os.environ.get("KP_TARGET") == "remote_keras":
     import remote_keras as classes
@@ -71,7 +71,7 @@ from PIL import Image  # noqa: E402
 _original_save = Image.Image.save
 
 
-def _save_mode_i_png_as_16_bit(self, fp, format=None, **params):  # noqa: A002 - PIL's name
+def _save_mode_i_png_as_16_bit(self, fp, format=None, **params):
     name = str(getattr(fp, "name", fp))
     if self.mode == "I" and (format or "").upper() in ("", "PNG") and name.lower().endswith(".png"):
         self = self.convert("I;16")
