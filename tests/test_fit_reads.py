@@ -50,8 +50,9 @@ def _epoch_batches(it, epoch: int) -> set[frozenset[int]]:
             range(0, it.n, 4)}  # fmt: skip
 
 
-@pytest.mark.slow
-def test_fit_reads_each_image_once_per_epoch_and_starts_at_epoch_0(s3_images, s3_options, s3_proxy):
+@pytest.fixture
+def rows_iterator(s3_images, s3_options, s3_proxy):
+    """A shuffling, seeded iterator on S3 whose labels are the row numbers; proxy counts reset."""
     url, df = s3_images
     gen = rk.ImageDataGenerator(storage_options=s3_options)
     with gen.flow_from_dataframe(
@@ -59,28 +60,28 @@ def test_fit_reads_each_image_once_per_epoch_and_starts_at_epoch_0(s3_images, s3
         seed=7,
     ) as it:  # fmt: skip
         s3_proxy.reset()
-        seen = _fit_record(it, epochs=3)
-        counts = s3_proxy.reset()
-        assert it.epoch == 3
-        for epoch in range(3):
-            trained = {frozenset(b) for b in seen[epoch * len(it) : (epoch + 1) * len(it)]}
-            assert trained == _epoch_batches(it, epoch), epoch
-    assert counts == {"GET": 3 * len(df)}, counts
+        yield it
 
 
 @pytest.mark.slow
-def test_a_second_fit_continues_the_stream(s3_images, s3_options, s3_proxy):
-    url, df = s3_images
-    gen = rk.ImageDataGenerator(storage_options=s3_options)
-    with gen.flow_from_dataframe(
-        _indexed(df), url, y_col="row", class_mode="raw", target_size=(4, 4), batch_size=4,
-        seed=7,
-    ) as it:  # fmt: skip
-        s3_proxy.reset()
-        _fit_record(it, epochs=1)
-        second = _fit_record(it, epochs=1)
-        assert {frozenset(b) for b in second} == _epoch_batches(it, 1)
-    assert s3_proxy.reset() == {"GET": 2 * len(df)}
+def test_fit_reads_each_image_once_per_epoch_and_starts_at_epoch_0(rows_iterator, s3_proxy):
+    it = rows_iterator
+    seen = _fit_record(it, epochs=3)
+    counts = s3_proxy.reset()
+    assert it.epoch == 3
+    for epoch in range(3):
+        trained = {frozenset(b) for b in seen[epoch * len(it) : (epoch + 1) * len(it)]}
+        assert trained == _epoch_batches(it, epoch), epoch
+    assert counts == {"GET": 3 * it.n}, counts
+
+
+@pytest.mark.slow
+def test_a_second_fit_continues_the_stream(rows_iterator, s3_proxy):
+    it = rows_iterator
+    _fit_record(it, epochs=1)
+    second = _fit_record(it, epochs=1)
+    assert {frozenset(b) for b in second} == _epoch_batches(it, 1)
+    assert s3_proxy.reset() == {"GET": 2 * it.n}
 
 
 @pytest.mark.slow
