@@ -52,6 +52,14 @@ def image_dir(tmp_path_factory):
     return str(root), df
 
 
+# s3fs clients that write test data: a write that rclone does not answer (seen once in CI,
+# with several concurrent PUTs of odd keys) times out and is retried instead of hanging.
+SETUP_CLIENT = dict(
+    skip_instance_cache=True,
+    config_kwargs={"read_timeout": 20, "retries": {"total_max_attempts": 4, "mode": "standard"}},
+)
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     with S3Server(buckets=("data",)) as server:
@@ -77,7 +85,7 @@ def s3_options(s3_server, s3_proxy):
 @pytest.fixture
 def s3fs_direct(s3_server):
     """An s3fs client talking to the server directly (for test setup, not counted)."""
-    fs = s3fs.S3FileSystem(**s3_server.storage_options, skip_instance_cache=True)
+    fs = s3fs.S3FileSystem(**s3_server.storage_options, **SETUP_CLIENT)
     return fs
 
 
@@ -85,7 +93,7 @@ def s3fs_direct(s3_server):
 def s3_images(s3_server, image_dir):
     """The local image folder uploaded to `s3://data/<unique>/`; returns (url, df)."""
     local, df = image_dir
-    fs = s3fs.S3FileSystem(**s3_server.storage_options, skip_instance_cache=True)
+    fs = s3fs.S3FileSystem(**s3_server.storage_options, **SETUP_CLIENT)
     prefix = f"data/{uuid.uuid4().hex[:8]}"
     fs.put(local + "/", prefix + "/", recursive=True)
     return f"s3://{prefix}", df

@@ -188,20 +188,22 @@ CORRUPT_FIT_SCRIPT = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def s3_with_corrupt_image(s3_images, s3fs_direct_module):
-    url, df = s3_images
-    bad = f"{url}/cat/corrupt.png"
-    s3fs_direct_module.pipe_file(bad.removeprefix("s3://"), b"this is not an image")
-    rows = df[["filename", "class"]].to_dict("records")
-    rows.insert(5, {"filename": "cat/corrupt.png", "class": "cat"})
-    return url, rows, bad
+def s3_with_corrupt_image(s3_server, image_dir):
+    """The image folder plus one corrupt file, in a prefix of its own (not the shared one)."""
+    import uuid
 
-
-@pytest.fixture(scope="module")
-def s3fs_direct_module(s3_server):
     import s3fs
 
-    return s3fs.S3FileSystem(**s3_server.storage_options, skip_instance_cache=True)
+    from tests.conftest import SETUP_CLIENT
+
+    local, df = image_dir
+    fs = s3fs.S3FileSystem(**s3_server.storage_options, **SETUP_CLIENT)
+    prefix = f"data/corrupt-{uuid.uuid4().hex[:8]}"
+    fs.put(local + "/", prefix + "/", recursive=True)
+    fs.pipe_file(f"{prefix}/cat/corrupt.png", b"this is not an image")
+    rows = df[["filename", "class"]].to_dict("records")
+    rows.insert(5, {"filename": "cat/corrupt.png", "class": "cat"})
+    return f"s3://{prefix}", rows, f"s3://{prefix}/cat/corrupt.png"
 
 
 def _run_corrupt_fit(start_method, url, rows, options, on_error) -> dict:
