@@ -43,17 +43,15 @@ BATCH = 32
 
 def make_images(root: Path, count: int, width: int, height: int, seed: int) -> pd.DataFrame:
     """Writes `count` photo-like JPEGs in two class folders (reused if already there)."""
-    from remote_keras.testing.data import photo_like_jpeg
+    from remote_keras.testing.data import photo_dataset_frame, write_photo_dataset
 
     marker = root / f".complete-{count}"
-    names = [f"{('n01', 'n02')[i % 2]}/{i:06d}.jpg" for i in range(count)]
-    if not marker.exists():
-        rng = np.random.default_rng(seed)
-        for name in names:
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            (root / name).write_bytes(photo_like_jpeg(rng, width, height))
-        marker.touch()
-    return pd.DataFrame({"filename": names, "class": [n.split("/")[0] for n in names]})
+    layout = {"classes": ("n01", "n02"), "digits": 6}
+    if marker.exists():
+        return photo_dataset_frame(count, **layout)
+    df = write_photo_dataset(root, count, width=width, height=height, seed=seed, **layout)
+    marker.touch()
+    return df
 
 
 # --------------------------------------------------------------------------- measuring

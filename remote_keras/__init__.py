@@ -9,8 +9,10 @@ and `flow_from_dataframe` / `flow_from_directory` accept `s3://`, `gs://`,
 pluggable loader on thread pools.
 """
 
+import importlib
 import os
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes"):
     raise ImportError(
@@ -20,16 +22,38 @@ if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "y
         "TF_USE_LEGACY_KERAS and train with `keras.Model.fit`."
     )
 
-from keras.src.legacy.preprocessing.image import Iterator, NumpyArrayIterator
+# The public names load on first use (PEP 562), so that `import remote_keras.testing...`
+# (the local test servers) imports neither Keras nor TensorFlow.
+_MODULES = {
+    "DataFrameIterator": "remote_keras.iterators",
+    "DirectoryIterator": "remote_keras.iterators",
+    "EpochInputReport": "remote_keras.callbacks",
+    "FsspecLoader": "remote_keras.loaders",
+    "ImageDataGenerator": "remote_keras.generator",
+    "ImageDecodeError": "remote_keras.errors",
+    "ImageLoadError": "remote_keras.errors",
+    "InputStallCallback": "remote_keras.callbacks",
+    "Iterator": "keras.src.legacy.preprocessing.image",
+    "LoaderStats": "remote_keras.stats",
+    "MissingBackendError": "remote_keras.errors",
+    "NumpyArrayIterator": "keras.src.legacy.preprocessing.image",
+    "ObstoreLoader": "remote_keras.loaders",
+    "RetryPolicy": "remote_keras.retry",
+    "Shard": "remote_keras.sharding",
+    "decode_image": "remote_keras.loaders",
+}
 
-from remote_keras.callbacks import EpochInputReport, InputStallCallback
-from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
-from remote_keras.generator import ImageDataGenerator
-from remote_keras.iterators import DataFrameIterator, DirectoryIterator
-from remote_keras.loaders import FsspecLoader, ObstoreLoader, decode_image
-from remote_keras.retry import RetryPolicy
-from remote_keras.sharding import Shard
-from remote_keras.stats import LoaderStats
+if TYPE_CHECKING:
+    from keras.src.legacy.preprocessing.image import Iterator, NumpyArrayIterator
+
+    from remote_keras.callbacks import EpochInputReport, InputStallCallback
+    from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
+    from remote_keras.generator import ImageDataGenerator
+    from remote_keras.iterators import DataFrameIterator, DirectoryIterator
+    from remote_keras.loaders import FsspecLoader, ObstoreLoader, decode_image
+    from remote_keras.retry import RetryPolicy
+    from remote_keras.sharding import Shard
+    from remote_keras.stats import LoaderStats
 
 try:
     __version__ = version("remote-keras")
@@ -54,3 +78,16 @@ __all__ = [
     "Shard",
     "decode_image",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -16,24 +16,14 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np
 import pandas as pd
 
 
 def make_dataset(root: str, count: int, seed: int = 0) -> pd.DataFrame:
     """Writes `count` photo-like JPEGs under `root/<class>/` and returns their dataframe."""
-    from remote_keras.testing.data import photo_like_jpeg
+    from remote_keras.testing.data import write_photo_dataset
 
-    rng = np.random.default_rng(seed)
-    rows = []
-    for i in range(count):
-        label = ("cats", "dogs")[i % 2]
-        name = f"{label}/{i:05d}.jpg"
-        os.makedirs(os.path.join(root, label), exist_ok=True)
-        with open(os.path.join(root, name), "wb") as f:
-            f.write(photo_like_jpeg(rng))
-        rows.append({"filename": name, "class": label})
-    return pd.DataFrame(rows)
+    return write_photo_dataset(root, count, classes=("cats", "dogs"), digits=5, seed=seed)
 
 
 def images_per_second(iterator) -> float:

@@ -9,39 +9,16 @@ import uuid
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import numpy as np
-import pandas as pd
 import pytest
 import s3fs
-from PIL import Image
 
 from remote_keras.testing import CountingProxy, S3Server, StaticHTTPServer
+from remote_keras.testing.data import TEST_CLASSES, smooth_image, write_class_tree
 
-CLASSES = ("cat", "dog", "bird")
-
-
-def make_image(rng: np.random.Generator, height: int, width: int, mode: str = "RGB") -> Image.Image:
-    """A small image with smooth structure plus noise, so resizing matters."""
-    yy, xx = np.mgrid[0:height, 0:width]
-    base = (np.sin(xx / 3.0 + rng.random() * 6) + np.cos(yy / 4.0)) * 60 + 128
-    channels = [base + rng.normal(0, 20, base.shape) for _ in range(3)]
-    array = np.clip(np.stack(channels, -1), 0, 255).astype("uint8")
-    return Image.fromarray(array).convert(mode)
-
-
-def write_tree(root, per_class: int = 7, seed: int = 0) -> pd.DataFrame:
-    """Writes `root/<class>/<i>.(png|jpg)` (plus a nested folder) and returns a dataframe."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for label in CLASSES:
-        for i in range(per_class):
-            sub = "nested/" if i % 5 == 4 else ""
-            name = f"{label}/{sub}{label}_{i}.{'jpg' if i % 2 else 'png'}"
-            path = os.path.join(root, name)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            make_image(rng, 20 + i, 24 + 2 * i).save(path)
-            rows.append({"filename": name, "class": label, "weight": float(i + 1), "value": i})
-    return pd.DataFrame(rows)
+CLASSES = TEST_CLASSES
+# The suite's images, from the shared synthetic-data module (the names tests import).
+make_image = smooth_image
+write_tree = write_class_tree
 
 
 @pytest.fixture(scope="session")

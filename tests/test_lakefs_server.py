@@ -351,3 +351,87 @@ def test_request_counter_reset(stand_in, fs, repo):
     fs.exists(f"{repo}/main/missing.txt")
     assert stand_in.reset() == Counter({STAT_OBJECT: 1, HEAD_OBJECT: 1, LIST_OBJECTS: 1})
     assert stand_in.reset() == Counter()
+
+
+# --------------------------------------------------------------------------- restarts
+
+
+def chain(error: BaseException | None) -> list[BaseException]:
+    """An exception and its causes / contexts, outermost first."""
+    found = []
+    while error is not None and len(found) < 10:
+        found.append(error)
+        error = error.__cause__ or error.__context__
+    return found
+
+
+def test_restart_keeps_the_data_and_the_port(tmp_path):
+    """Commits, staged writes and deletions, tags and branches survive stop / start."""
+    root = tmp_path / "lakefs-data"
+    with LakeFSServer(root) as server:
+        client = Client(**server.storage_options)
+        lakefs.Repository("persist", client=client).create(storage_namespace="local://persist")
+        fs = LakeFSFileSystem(**server.storage_options, skip_instance_cache=True)
+        fs.pipe("persist/main/a.txt", b"one")
+        fs.pipe("persist/main/dir/b.txt", b"two", metadata={"owner": "rk"})
+        main = lakefs.Branch("persist", "main", client=client)
+        first = main.commit("first", metadata={"run": "1"}).get_commit().id
+        fs.pipe("persist/main/a.txt", b"staged")
+        fs.rm("persist/main/dir/b.txt")
+        lakefs.Tag("persist", "v1", client=client).create(first)
+        lakefs.Branch("persist", "dev", client=client).create("main")
+        port = server.port
+
+        server.stop()
+        assert not server.running and root.joinpath("metadata.sqlite3").is_file()
+        server.start()
+        assert server.port == port
+
+        fs = LakeFSFileSystem(**server.storage_options, skip_instance_cache=True)
+        assert fs.cat_file("persist/main/a.txt") == b"staged"  # staging survived
+        assert not fs.exists("persist/main/dir/b.txt")  # so did the staged deletion
+        assert fs.cat_file("persist/main@/dir/b.txt") == b"two"
+        assert fs.info("persist/main@/dir/b.txt")["metadata"] == {"owner": "rk"}
+        assert fs.cat_file("persist/v1/a.txt") == b"one"
+        assert fs.cat_file(f"persist/{first[:10]}/a.txt") == b"one"
+        assert fs.cat_file("persist/dev/dir/b.txt") == b"two"
+        log = list(lakefs.Branch("persist", "main", client=client).log())
+        assert [(c.message, c.metadata) for c in log] == [
+            ("first", {"run": "1"}),
+            ("Repository created", {}),
+        ]
+        second = main.commit("second").get_commit().id
+        assert fs.cat_file("persist/main~1/a.txt") == b"one"
+        assert not server.errors, server.errors
+
+    # A new server (as a new process would be) on the same folder serves the same data.
+    with LakeFSServer(root) as again:
+        fs = LakeFSFileSystem(**again.storage_options, skip_instance_cache=True)
+        assert fs.cat_file(f"persist/{second}/a.txt") == b"staged"
+        assert fs.ls("persist/main/", detail=False, refresh=True) == ["persist/main/a.txt"]
+        with pytest.raises(lakefs.exceptions.BadRequestException):  # nothing staged
+            lakefs.Branch("persist", "main", client=Client(**again.storage_options)).commit("x")
+        assert not again.errors, again.errors
+
+
+def test_outage_then_back_on_the_same_port():
+    """Stopped, the stand-in refuses connections (pooled ones are dropped); started, it serves."""
+    with LakeFSServer() as server:
+        client = Client(**server.storage_options)
+        lakefs.Repository("outage", client=client).create(storage_namespace="local://outage")
+        fs = LakeFSFileSystem(**server.storage_options, skip_instance_cache=True)
+        fs.pipe("outage/main/x.bin", b"x" * 1000)
+        lakefs.Branch("outage", "main", client=client).commit("x")
+        path, port = "outage/main/x.bin", server.port
+        assert fs.cat_file(path) == b"x" * 1000  # leaves a keep-alive connection in the pool
+
+        server.stop()
+        with pytest.raises(Exception) as caught:
+            fs.cat_file(path)
+        errors = chain(caught.value)
+        assert any(isinstance(e, ConnectionRefusedError) for e in errors), errors
+
+        server.start()
+        assert server.port == port
+        assert fs.cat_file(path) == b"x" * 1000
+        assert not server.errors, server.errors

@@ -7,12 +7,31 @@
 - `StaticHTTPServer`: files of a folder over HTTP.
 - `CountingProxy`: a TCP proxy that counts HTTP requests by method and can add latency;
   `ProxyProcess` runs one in its own process.
+
+All share `remote_keras.testing.base.LocalServer` (`start`, `stop`, `with`, `port`,
+`endpoint_url`). Synthetic images are in `remote_keras.testing.data`. Names load on first
+use, so importing one server does not import the others (nor TensorFlow or Keras).
 """
 
-from remote_keras.testing.lakefs_server import LakeFSServer, lakefs_target
-from remote_keras.testing.proxy import CountingProxy, ProxyProcess
-from remote_keras.testing.s3 import S3Server
-from remote_keras.testing.static_http import StaticHTTPServer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from remote_keras.testing.lakefs import LakeFSServer, lakefs_target
+    from remote_keras.testing.proxy import CountingProxy, ProxyProcess
+    from remote_keras.testing.s3 import S3Server
+    from remote_keras.testing.static_http import StaticHTTPServer
+
+_MODULES = {
+    "CountingProxy": "remote_keras.testing.proxy",
+    "LakeFSServer": "remote_keras.testing.lakefs",
+    "ProxyProcess": "remote_keras.testing.proxy",
+    "S3Server": "remote_keras.testing.s3",
+    "StaticHTTPServer": "remote_keras.testing.static_http",
+    "lakefs_target": "remote_keras.testing.lakefs",
+}
 
 __all__ = [
     "CountingProxy",
@@ -22,3 +41,16 @@ __all__ = [
     "StaticHTTPServer",
     "lakefs_target",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -27,8 +27,9 @@ requests in flight and pooled keep-alive connections fail with a reset. After `s
 it listens again on the same port; counts and the fault plan carry on. During an outage
 the magic paths cannot be reached either. A new outage while one lasts extends it.
 
-As a script: `python proxy.py --upstream-port N [--delay-ms MS] [--faults JSON]` prints
-its port, then serves until terminated (this is how `ProxyProcess` runs it).
+As a program: `python -m remote_keras.testing.proxy --upstream-port N [--delay-ms MS]
+[--faults JSON]` prints its port, then serves until terminated (this is how `ProxyProcess`
+runs it).
 """
 
 from __future__ import annotations
@@ -49,7 +50,12 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from typing import Any
 from urllib.parse import urlsplit
+
+from typing_extensions import Self
+
+from remote_keras.testing.base import LocalServer, terminate
 
 # Requests to this path are answered by the proxy itself with its counts (JSON).
 COUNTS_PATH = "/__proxy__/counts"
@@ -148,7 +154,7 @@ class FaultPlan:
         return None if fields is None else cls(**fields)
 
 
-class CountingProxy:
+class CountingProxy(LocalServer):
     """Forwards 127.0.0.1:`port` to `upstream_port`, counting requests.
 
     Args:
@@ -166,11 +172,11 @@ class CountingProxy:
     def __init__(
         self, upstream_port: int, delay_s: float = 0.0, faults: FaultPlan | None = None
     ) -> None:
+        super().__init__()
         self.upstream_port = upstream_port
         self.delay_s = delay_s
         self.counts: Counter[str] = Counter()
         self.faults_injected: Counter[str] = Counter()
-        self.port = 0
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -182,9 +188,12 @@ class CountingProxy:
         self.outages: list[tuple[float, float | None]] = []
         self.set_faults(faults)
 
+    def _repr_fields(self) -> dict[str, Any]:
+        return {"upstream_port": self.upstream_port, "delay_s": self.delay_s}
+
     @property
-    def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def running(self) -> bool:
+        return self._thread.is_alive()
 
     @property
     def faults(self) -> FaultPlan | None:
@@ -223,7 +232,10 @@ class CountingProxy:
             raise ValueError(f"seconds must be >= 0, got {seconds!r}")
         asyncio.run_coroutine_threadsafe(self._go_down(seconds), self._loop).result(10)
 
-    def start(self) -> CountingProxy:
+    def start(self) -> Self:
+        """Starts the proxy (once: a stopped proxy does not start again; see `outage`)."""
+        if self._thread.is_alive():
+            return self
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(self._start(), self._loop)
         future.result(10)
@@ -281,12 +293,6 @@ class CountingProxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
-
-    def __enter__(self) -> CountingProxy:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     def _draw_fault(self, method: str, target: str) -> str | None:
         """Decides (under the lock) whether this request gets a fault, and which."""
@@ -580,7 +586,7 @@ async def _copy(reader, writer) -> None:
         writer.close()
 
 
-class ProxyProcess:
+class ProxyProcess(LocalServer):
     """A `CountingProxy` in its own process, so its CPU is not the client's.
 
     Args:
@@ -592,18 +598,24 @@ class ProxyProcess:
     def __init__(
         self, upstream_port: int, delay_s: float = 0.0, faults: FaultPlan | None = None
     ) -> None:
+        super().__init__()
         self.upstream_port = upstream_port
         self.delay_s = delay_s
         self.faults = faults
-        self.port = 0
         self._process: subprocess.Popen | None = None
 
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def _repr_fields(self) -> dict[str, Any]:
+        return {"upstream_port": self.upstream_port, "delay_s": self.delay_s}
 
-    def start(self) -> ProxyProcess:
-        command = [sys.executable, __file__, "--upstream-port", str(self.upstream_port),
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> Self:
+        if self.running:
+            return self
+        command = [sys.executable, "-m", "remote_keras.testing.proxy",
+                   "--upstream-port", str(self.upstream_port),
                    "--delay-ms", str(self.delay_s * 1000)]  # fmt: skip
         if self.faults is not None:
             command += ["--faults", self.faults.to_json()]
@@ -656,17 +668,8 @@ class ProxyProcess:
 
     def stop(self) -> None:
         if self._process is not None:
-            self._process.terminate()
-            self._process.wait(10)
-            if self._process.stdout is not None:
-                self._process.stdout.close()
+            terminate(self._process)
             self._process = None
-
-    def __enter__(self) -> ProxyProcess:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 def main() -> None:

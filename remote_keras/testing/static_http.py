@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+from remote_keras.testing.base import ThreadedHTTPServer, TrackingHTTPServer
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
@@ -13,28 +16,26 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
-class StaticHTTPServer:
+class StaticHTTPServer(ThreadedHTTPServer):
     """Serves `root` at `http://127.0.0.1:<port>/`.
 
     Args:
         root: Folder to serve.
+        port: Port to listen on; `0` picks a free one at the first `start()`.
     """
 
-    def __init__(self, root: str | os.PathLike) -> None:
-        handler = functools.partial(_QuietHandler, directory=os.fspath(root))
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+    def __init__(self, root: str | os.PathLike, *, port: int = 0) -> None:
+        super().__init__(port)
+        self.root = Path(root)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        """The same as `endpoint_url`."""
+        return self.endpoint_url
 
-    def __enter__(self) -> StaticHTTPServer:
-        self._thread.start()
-        return self
+    def _repr_fields(self) -> dict[str, Any]:
+        return {"root": str(self.root)}
 
-    def __exit__(self, *exc_info: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+    def _make_httpd(self, address: tuple[str, int]) -> TrackingHTTPServer:
+        handler = functools.partial(_QuietHandler, directory=os.fspath(self.root))
+        return TrackingHTTPServer(address, handler)
