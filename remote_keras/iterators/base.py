@@ -1,4 +1,4 @@
-"""Keras's file iterators, reading through a pluggable loader on thread pools.
+"""`RemoteBatchMixin`: what Keras's file iterators get from remote_keras.
 
 `DataFrameIterator` and `DirectoryIterator` subclass Keras 3's own classes and
 keep their arguments, defaults, attributes and messages. What changes:
@@ -36,9 +36,8 @@ from keras.src import backend
 from keras.src.legacy.preprocessing import image as keras_image
 from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
 from keras.src.trainers.epoch_iterator import EpochIterator
-from typing_extensions import Unpack
 
-from remote_keras import batches, errors, listing, sharding, storage
+from remote_keras import batches, errors, sharding, storage
 from remote_keras.cache import DiskCache
 from remote_keras.epochs import BatchPlan, EpochPlanner
 from remote_keras.fetching import Fetcher
@@ -355,146 +354,6 @@ class RemoteBatchMixin(keras_image.Iterator):
         batch = self._assemble(plan, batch_x)
         self.handoffs.record(asked, time.perf_counter())
         return batch
-
-
-class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
-    """Iterator over images named in a pandas dataframe, local or remote.
-
-    Takes every argument of Keras's `DataFrameIterator`, with the same
-    defaults, plus remote_keras's keyword arguments (the fields of
-    `remote_keras.options.LoaderOptions`: `loader`, `storage_options`,
-    `workers`, `cache_dir`, `retries`, `on_error`, `num_shards`, ...).
-    `directory` may be a URL prefix (`"s3://bucket/images"`) and `x_col` may
-    hold full URLs.
-
-    Args:
-        options: A `LoaderOptions` to start from; keyword arguments named
-            like its fields override it.
-    """
-
-    def __init__(
-        self,
-        dataframe,
-        directory=None,
-        image_data_generator=None,
-        x_col="filename",
-        y_col="class",
-        weight_col=None,
-        target_size=(256, 256),
-        color_mode="rgb",
-        classes=None,
-        class_mode="categorical",
-        batch_size=32,
-        shuffle=True,
-        seed=None,
-        data_format="channels_last",
-        save_to_dir=None,
-        save_prefix="",
-        save_format="png",
-        subset=None,
-        interpolation="nearest",
-        keep_aspect_ratio=False,
-        dtype="float32",
-        validate_filenames=True,
-        *,
-        options: LoaderOptions | None = None,
-        **overrides: Unpack[LoaderOverrides],
-    ):
-        self._init_remote(options, overrides)
-        listing.check_path_column(dataframe, x_col)
-        super().__init__(
-            dataframe,
-            directory=directory,
-            image_data_generator=image_data_generator,
-            x_col=x_col,
-            y_col=y_col,
-            weight_col=weight_col,
-            target_size=target_size,
-            color_mode=color_mode,
-            classes=classes,
-            class_mode=class_mode,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            data_format=data_format,
-            save_to_dir=save_to_dir,
-            save_prefix=save_prefix,
-            save_format=save_format,
-            subset=subset,
-            interpolation=interpolation,
-            keep_aspect_ratio=keep_aspect_ratio,
-            dtype=dtype,
-            validate_filenames=validate_filenames,
-        )
-        self._finish_init()
-
-    def _filter_valid_filepaths(self, df, x_col):
-        """Keeps rows whose file exists, listing remote prefixes instead of one request per row."""
-        names = df[x_col].tolist()
-        paths = [self._path_of(name) for name in names]
-        if not any(storage.is_url(path) for path in paths):
-            return super()._filter_valid_filepaths(df, x_col)
-        self._known_paths = dict(zip(names, paths))
-        return df[listing.valid_rows(self, paths, x_col)]
-
-
-class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
-    """Iterator over a folder of class sub-folders, local or remote.
-
-    Takes every argument of Keras's `DirectoryIterator`, with the same
-    defaults, plus the keyword arguments of `DataFrameIterator`. A remote
-    `directory` (`"s3://bucket/train"`) is listed once, recursively; classes,
-    file order and `subset` splits are as for a local folder.
-    """
-
-    def __init__(
-        self,
-        directory,
-        image_data_generator,
-        target_size=(256, 256),
-        color_mode="rgb",
-        classes=None,
-        class_mode="categorical",
-        batch_size=32,
-        shuffle=True,
-        seed=None,
-        data_format=None,
-        save_to_dir=None,
-        save_prefix="",
-        save_format="png",
-        follow_links=False,
-        subset=None,
-        interpolation="nearest",
-        keep_aspect_ratio=False,
-        dtype=None,
-        *,
-        options: LoaderOptions | None = None,
-        **overrides: Unpack[LoaderOverrides],
-    ):
-        self._init_remote(options, overrides)
-        arguments = dict(
-            target_size=target_size,
-            color_mode=color_mode,
-            classes=classes,
-            class_mode=class_mode,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            data_format=data_format,
-            save_to_dir=save_to_dir,
-            save_prefix=save_prefix,
-            save_format=save_format,
-            follow_links=follow_links,
-            subset=subset,
-            interpolation=interpolation,
-            keep_aspect_ratio=keep_aspect_ratio,
-            dtype=dtype,
-        )
-        if storage.is_url(os.fspath(directory)):
-            listing.init_from_listing(self, os.fspath(directory), image_data_generator, **arguments)
-        else:
-            super().__init__(directory, image_data_generator, **arguments)
-        self._finish_init()
 
 
 def _called_by_keras(method: str, owner: type) -> bool:
