@@ -1,21 +1,6 @@
-"""`RemoteBatchMixin`: what Keras's file iterators get from remote_keras.
+"""`RemoteBatchMixin`: Keras's entry points over remote_keras's planner, fetcher and thread pools.
 
-`DataFrameIterator` and `DirectoryIterator` subclass Keras 3's own classes and
-keep their arguments, defaults, attributes and messages. What changes:
-
-- every read goes through `loader` (default: fsspec), so URLs work
-  (`remote_keras.fetching`, with the disk cache and retries);
-- files are fetched and decoded concurrently (`remote_keras.batches`), and
-  batches asked for in order are built ahead of time (`remote_keras.prefetch`);
-- `__getitem__` and `__next__` are thread-safe: the lock covers only choosing
-  the samples and drawing their random transforms;
-- with a `seed`, the sample order and augmentation of batch `b` in epoch `e`
-  depend only on `(seed, e, b)` (`remote_keras.epochs`). They equal stock
-  Keras's when batches are read in order (`it[0], it[1], ...` in the first
-  epoch, or `next(it)`).
-
-`RemoteBatchMixin` holds what is left: Keras's entry points, the epoch
-counter, and what each process needs of its own (lock, thread pools).
+See the package docstring (`remote_keras.iterators`) for what changes from stock Keras.
 """
 
 from __future__ import annotations
