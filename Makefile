@@ -9,6 +9,8 @@
 #                      .venv-oldest (created on first use, reused while the pins are unchanged)
 #   make docs        - the documentation site (API reference from the docstrings) into site/
 #   make bench       - the full benchmark (about 10 minutes; see bench/run.py)
+#   make bench-scale - start-up, requests and memory at 100k and 300k objects (bench/scale.py;
+#                      about 20 minutes; --smoke: 5k objects in under a minute)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -18,7 +20,7 @@ OLDEST_TESTS := tests/test_api.py tests/test_parity.py tests/test_concurrency.py
 	tests/test_keras_preprocessing_suite.py tests/test_sharding.py \
 	tests/test_sharding_versions.py
 
-.PHONY: install demo test test-fast test-oldest lint docs bench clean
+.PHONY: install demo test test-fast test-oldest lint docs bench bench-scale clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +44,9 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+bench-scale: $(STAMP)
+	$(BIN)/python bench/scale.py
 
 test: lint
 	$(BIN)/python -m pytest

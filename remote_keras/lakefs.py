@@ -133,6 +133,63 @@ def get_object(fs: Any, url: str) -> bytes:
     )
 
 
+# Objects per listing page: lakeFS's maximum (its default, and lakefs-spec's, is 100).
+LIST_AMOUNT = 1000
+
+
+def list_page(
+    fs: Any,
+    repository: str,
+    ref: str,
+    prefix: str,
+    after: str = "",
+    delimiter: str = "",
+    amount: int = LIST_AMOUNT,
+) -> tuple[list[str], list[str], str | None]:
+    """Lists one page of `objects/ls`, keeping only the paths (no per-object models).
+
+    The response's JSON is read directly, not turned into the SDK's
+    `ObjectStats` models, and the filesystem's own client makes the request
+    (as `get_object` does).
+
+    Args:
+        fs: A `lakefs_spec.LakeFSFileSystem`.
+        repository: Repository name.
+        ref: Ref to list (a commit id, for data that never changes).
+        prefix: Paths start with this.
+        after: Only paths after this one (exclusive), or `""`.
+        delimiter: `"/"` to group sub-folders into common prefixes, `""` for all objects.
+        amount: Entries per page (at most 1000).
+
+    Returns:
+        `(object paths, common prefixes, next_offset)`, `next_offset` being
+        `None` on the last page.
+    """
+    api = fs.client.sdk_client.objects_api
+    if getattr(api.api_client, "_remote_keras_pool", 0) < POOL_CONNECTIONS:
+        size_pool(fs.client)
+    response = api.list_objects_with_http_info(
+        repository,
+        ref,
+        user_metadata=False,
+        presign=False,
+        after=after or None,
+        amount=amount,
+        delimiter=delimiter,
+        prefix=prefix,
+        _preload_content=False,
+        _request_timeout=REQUEST_TIMEOUT_S,
+    )
+    document = json.loads(response.raw_data)
+    paths: list[str] = []
+    prefixes: list[str] = []
+    for entry in document.get("results") or ():
+        (prefixes if entry.get("path_type") == "common_prefix" else paths).append(entry["path"])
+    pagination = document.get("pagination") or {}
+    more = pagination.get("has_more") and pagination.get("next_offset")
+    return paths, prefixes, (str(pagination["next_offset"]) if more else None)
+
+
 def size_pool(client: Any, connections: int = POOL_CONNECTIONS) -> None:
     """Lets a `lakefs.Client` keep `connections` connections per host (at least).
 

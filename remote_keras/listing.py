@@ -1,8 +1,12 @@
 """What a dataset holds: remote folders listed into Keras's attributes, dataframe rows checked.
 
 `init_from_listing` is Keras's `DirectoryIterator.__init__` fed by one
-recursive listing instead of `os.walk`; `valid_rows` is `_filter_valid_filepaths`
-for URLs, listing prefixes instead of one request per row.
+listing instead of `os.walk` (`storage.walk_files`: the class folders in
+parallel, keys only); `valid_rows` is `_filter_valid_filepaths` for URLs,
+listing parent folders instead of one request per row
+(`existence.existing`). Both reuse what `listing_cache` holds: the
+listing (or check) of the other subset of the same generator, and lakeFS
+listings at a commit from disk.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from keras.src import backend
 from keras.src.legacy.preprocessing import image as keras_image
 from keras.src.utils import io_utils
 
-from remote_keras import errors, storage
+from remote_keras import errors, existence, lakefs, listing_cache, storage
 from remote_keras.loaders import FsspecLoader, ObstoreLoader
 from remote_keras.progress import progress_bar
 
@@ -50,8 +54,9 @@ def init_from_listing(it: Any, directory: str, image_data_generator: Any, **kw: 
     it.class_mode = kw["class_mode"]
     it.dtype = kw["dtype"] or backend.floatx()
 
+    pinned = it._pinner.pin(directory)
     with progress_bar(f"Listing {errors.redact(directory)}", it.options.progress, "objects") as bar:
-        entries = storage.walk_files(it._pinner.pin(directory), it.filesystems, bar)
+        entries = _tree(it, pinned, bar)
     by_class: dict[str, list[str]] = {}
     for entry in entries:
         top, _, rest = entry.partition("/")
@@ -73,25 +78,63 @@ def init_from_listing(it: Any, directory: str, image_data_generator: Any, **kw: 
         it.filenames += files
         labels += [it.class_indices[name]] * len(files)
     it.samples = len(it.filenames)
+    if lakefs.is_lakefs(pinned):  # every path is in the pinned folder (pinning each is slow)
+        base = pinned.rstrip("/") + "/"
+        it._known_paths = {name: base + name for name in it.filenames}
     it.classes = np.asarray(labels, dtype="int32")
     io_utils.print_msg(f"Found {it.samples} images belonging to {it.num_classes} classes.")
     keras_image.Iterator.__init__(it, it.samples, kw["batch_size"], kw["shuffle"], kw["seed"])
 
 
+def _tree(it: Any, url: str, bar: Any) -> list[str]:
+    """The objects below `url` (pinned), from another subset's listing, the disk or a listing.
+
+    See `remote_keras.listing_cache` for what is reused when.
+    """
+    options = it.options
+    generator, subset = it.image_data_generator, getattr(it, "subset", None)
+    share_key = listing_cache.fingerprint("tree", url, options.storage_options)
+    entries = listing_cache.shared(generator, share_key, subset)
+    if entries is None:
+        immutable = lakefs.is_lakefs(url)  # pinned: a commit, which never changes
+        directory = listing_cache.folder(options)
+        max_age = options.listing_cache_s
+        key = listing_cache.fingerprint("tree", _store(it, url), url)
+        entries, from_disk = listing_cache.cached_listing(
+            lambda: storage.walk_files(url, it.filesystems, bar), key, directory, max_age, immutable
+        )
+        listing_cache.share(generator, share_key, subset, entries)
+    else:
+        from_disk = True
+    if from_disk and bar is not None:
+        bar.update(len(entries))
+    return entries
+
+
+def _store(it: Any, url: str) -> Any:
+    """What names the store `url` is on, for cache keys: endpoint and protocol, no secrets."""
+    if lakefs.is_lakefs(url):
+        fs, _ = it.filesystems.resolve(url)
+        return getattr(getattr(getattr(fs, "client", None), "config", None), "host", None)
+    return [storage.protocol_of(url), listing_cache.where(it.options.storage_options)]
+
+
 def ordered_like_os_walk(files: list[str], formats: tuple[str, ...]) -> list[str]:
     """Sorts and filters files as Keras's sorted `os.walk` does: by folder, then name."""
-    ordered = []
-    for path in sorted(files, key=lambda p: (posixpath.dirname(p), posixpath.basename(p))):
-        name = posixpath.basename(path)
-        if name.lower().endswith(".tiff"):
-            warnings.warn(
-                'Using ".tiff" files with multiple bands will cause distortion. '
-                "Please verify your output.",
-                stacklevel=3,
-            )
-        if name.lower().endswith(formats):
-            ordered.append(path)
-    return ordered
+    if any(".tif" in path.lower() for path in files):
+        for path in files:
+            if posixpath.basename(path).lower().endswith(".tiff"):
+                warnings.warn(
+                    'Using ".tiff" files with multiple bands will cause distortion. '
+                    "Please verify your output.",
+                    stacklevel=3,
+                )
+    kept = [path for path in files if path.lower().endswith(formats)]
+    if all(path.count("/") == 1 for path in kept):  # one folder: by name
+        kept.sort()
+        return kept
+    kept.sort(key=lambda p: (posixpath.dirname(p), posixpath.basename(p)))
+    return kept
 
 
 def valid_rows(it: Any, paths: list[str], x_col: str) -> np.ndarray:
@@ -143,6 +186,24 @@ def _existing(it: Any, paths: list[str], bar: Any) -> list[bool]:
             stacklevel=5,
         )
         return [True] * len(paths)
+    generator, subset = it.image_data_generator, getattr(it, "subset", None)
+    if generator is None or subset is None:
+        return _listed(it, paths, bar)
+    share_key = listing_cache.fingerprint(
+        "exists", len(paths), hash(tuple(paths)), str(it.directory), it.options.storage_options
+    )
+    known = listing_cache.shared(generator, share_key, subset)
+    if known is not None:  # the other subset of this dataframe checked the same paths
+        if bar is not None:
+            bar.update(len(paths))
+        return [bool(flag) for flag in known]
+    found = _listed(it, paths, bar)
+    listing_cache.share(generator, share_key, subset, bytes(found))
+    return found
+
+
+def _listed(it: Any, paths: list[str], bar: Any) -> list[bool]:
+    """Which of `paths` exist, by listing their folders (`existence.existing`)."""
     if storage.is_url(str(it.directory)):
         directory = it._pinner.pin(str(it.directory))
         fs, root = it.filesystems.resolve(directory)
@@ -150,7 +211,7 @@ def _existing(it: Any, paths: list[str], bar: Any) -> list[bool]:
             there = fs.exists(root)
         if not there:
             raise FileNotFoundError(f"No such directory: {errors.redact(directory)!r}")
-    found, missing = storage.existing(paths, it.filesystems, bar)
+    found, missing = existence.existing(paths, it.filesystems, bar)
     if missing:
         shown = ", ".join(repr(errors.redact(url)) for url in missing[:5])
         raise FileNotFoundError(

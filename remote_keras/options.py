@@ -70,6 +70,14 @@ class LoaderOptions:
             `"drop"` leaves out `n % num_shards` samples per epoch instead.
         progress: Show a progress bar (`tqdm`) when listing or checking files
             takes more than 2 seconds. Defaults to `True`.
+        listing_cache_s: Seconds a listing of a mutable store (S3, GCS, Azure,
+            ...) cached on disk is used instead of listing again; `None` (the
+            default) never caches them (objects can change). lakeFS listings at
+            a commit are cached regardless (a commit never changes).
+        listing_cache_dir: Folder of the listing cache. `None` (the default):
+            `listings/` in `cache_dir` when one is given, else
+            `$XDG_CACHE_HOME/remote_keras/listings` (`~/.cache/remote_keras/listings`).
+            `False` turns the disk listing cache off, for lakeFS too.
     """
 
     loader: Loader | str = "fsspec"
@@ -89,6 +97,8 @@ class LoaderOptions:
     shard_index: int | None = None
     shard_remainder: ShardRemainder = "pad"
     progress: bool = True
+    listing_cache_s: float | None = None
+    listing_cache_dir: str | os.PathLike[str] | Literal[False] | None = None
 
     def __post_init__(self) -> None:
         _check(self)
@@ -138,6 +148,8 @@ class LoaderOverrides(TypedDict, total=False):
     shard_index: int | None
     shard_remainder: ShardRemainder
     progress: bool
+    listing_cache_s: float | None
+    listing_cache_dir: str | os.PathLike[str] | Literal[False] | None
 
 
 NAMES = tuple(field.name for field in dataclasses.fields(LoaderOptions))
@@ -194,6 +206,17 @@ def _check(options: LoaderOptions) -> None:
     cache_dir = options.cache_dir
     if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
         raise TypeError(f"`cache_dir` must be a local folder path or None. Received: {cache_dir!r}")
+    seconds = options.listing_cache_s
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                or seconds < 0):  # fmt: skip
+        raise ValueError(
+            f"`listing_cache_s` must be a number of seconds >= 0 or None. Received: {seconds!r}"
+        )
+    folder = options.listing_cache_dir
+    if folder is not None and folder is not False and not isinstance(folder, (str, os.PathLike)):
+        raise TypeError(
+            f"`listing_cache_dir` must be a folder path, False or None. Received: {folder!r}"
+        )
     for name, least in _AT_LEAST.items():
         value = getattr(options, name)
         if value is None and name in ("decode_workers", "num_shards", "shard_index"):

@@ -7,8 +7,8 @@ Paths are always taken literally: no call here glob-expands, so keys holding
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
-import posixpath
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -17,7 +17,7 @@ import fsspec
 from fsspec import AbstractFileSystem
 from fsspec.asyn import AsyncFileSystem
 
-from remote_keras import errors
+from remote_keras import errors, listers
 
 # Defaults that make common backends fetch an object with a single, cheap GET.
 # s3fs sends a HEAD before every GET unless `max_concurrency=1` and caps its
@@ -110,7 +110,9 @@ class FileSystems:
         FileSystems.__init__(self, state["storage_options"])
 
     def _options_for(self, protocol: str) -> dict[str, Any]:
-        options = dict(PROTOCOL_DEFAULTS.get(protocol, {}))
+        # A deep copy: botocore adds to the dicts it is given (`retries["mode"]`), which would
+        # change the token of every later filesystem, so none would reuse the first one.
+        options = copy.deepcopy(PROTOCOL_DEFAULTS.get(protocol, {}))
         for key, value in self.storage_options.items():
             default = options.get(key)
             merge = isinstance(default, dict) and isinstance(value, dict)
@@ -160,21 +162,38 @@ def _protocols(fs: AbstractFileSystem) -> set[str]:
     return set(fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,))
 
 
-def find(
-    fs: AbstractFileSystem, root: str, withdirs: bool = False, bar: Any = None
-) -> dict[str, dict]:
-    """Lists everything below `root` as `{path: info}` with as few requests as the backend allows.
+def find(fs: AbstractFileSystem, root: str, bar: Any = None) -> list[str]:
+    """Lists every object below the folder `root`, as paths relative to it.
 
-    fsspec's generic `find` lists folder by folder; S3-like backends
-    override it with one paged listing, and lakeFS gets one here
-    (`ls(recursive=True)`). On S3, `bar` (a `tqdm` bar) counts the keys of
-    each page as it arrives.
+    S3 and lakeFS are listed by `remote_keras.listers.list_tree`: key strings
+    only, one request when everything fits on one page, else the folders of
+    `root` in parallel. Other backends use their own `find` (one paged
+    listing on GCS and Azure); their info dicts are dropped and the
+    filesystem's directory cache is cleared afterwards. `bar` (a `tqdm`
+    bar) counts the keys as pages arrive.
+
+    Returns:
+        Relative paths, sorted on S3 and lakeFS; folder markers (and, from
+        other backends, folders) end with `/`.
     """
-    if "lakefs" in _protocols(fs):
-        entries = fs.ls(root.rstrip("/") + "/", detail=True, recursive=True, refresh=True)
-        return {e["name"]: e for e in entries if withdirs or e.get("type") != "directory"}
-    with _counting_s3_pages(fs, bar):
-        return fs.find(root, withdirs=withdirs, detail=True)
+    root = root.rstrip("/")
+    fast = listers.lister_for(fs, root)
+    if fast is not None:
+        lister, prefix = fast
+        return listers.list_tree(lister, prefix + "/" if prefix else "", bar)
+    try:
+        with _counting_s3_pages(fs, bar):
+            found = fs.find(root, withdirs=True, detail=True)
+    finally:
+        fs.invalidate_cache(root)  # never keep an info dict per object alive
+    start = len(root) + 1
+    entries = []
+    for name, info in found.items():
+        name = name.rstrip("/")
+        if name.startswith(root + "/") and len(name) > start:
+            directory = info.get("type") == "directory"
+            entries.append(name[start:] + "/" if directory else name[start:])
+    return entries
 
 
 @contextlib.contextmanager
@@ -206,102 +225,8 @@ def _common_dir(paths: Sequence[str]) -> str:
     return "/".join(common)
 
 
-def existing(
-    urls: Sequence[str], filesystems: FileSystems, bar: Any = None
-) -> tuple[list[bool], list[str]]:
-    """Tells which of `urls` exist as files, by listing rather than one request each.
-
-    Local paths are checked with `os.path.isfile`, as stock Keras does. Remote
-    paths are grouped by parent prefix; a single prefix is listed with `ls`,
-    several with one recursive `find` of their common prefix (paged LIST
-    requests, about 1,000 keys each on S3). Protocols that cannot list
-    (HTTP) fall back to one `exists` request per file.
-
-    Args:
-        urls: Paths or URLs, in dataframe order.
-        filesystems: Resolver carrying the storage options.
-        bar: Optional `tqdm` bar counting the URLs checked.
-
-    Returns:
-        `(found, missing)`: one boolean per URL, and the URLs of the parent
-        prefixes under which nothing of `urls` was found and which do not
-        exist at all (no bucket, or nothing stored under the prefix).
-    """
-    found = [False] * len(urls)
-    missing: list[str] = []
-    remote = []
-    for position, url in enumerate(urls):
-        if is_url(url):
-            remote.append((position, url))
-        else:
-            found[position] = os.path.isfile(url)
-    if not remote:
-        return found, missing
-    groups = filesystems.group(url for _, url in remote)
-    for fs, members in groups.items():
-        positions = [remote[i][0] for i, _ in members]
-        paths = [path for _, path in members]
-        if _protocols(fs) & _UNLISTABLE:
-            for position, path in zip(positions, paths):
-                with errors.reading(path):
-                    found[position] = fs.isfile(path)
-                if bar is not None:
-                    bar.update(1)
-            continue
-        parents = sorted({posixpath.dirname(p) for p in paths})
-        listed = _list_files(fs, parents)
-        for position, path in zip(positions, paths):
-            found[position] = path in listed
-        if bar is not None:
-            bar.update(len(paths))
-        missing += _missing_prefixes(fs, parents, listed)
-    return found, missing
-
-
-def _missing_prefixes(
-    fs: AbstractFileSystem, parents: Sequence[str], listed: set[str]
-) -> list[str]:
-    """The `parents` with no listed file that do not exist (at most 16 are checked)."""
-    present = {posixpath.dirname(path) for path in listed}
-    empty: list[str] = []
-    for parent in sorted(p for p in parents if p not in present):  # ancestors come first
-        if not any(parent.startswith(kept + "/") for kept in empty):
-            empty.append(parent)
-    buckets = sorted({parent.split("/", 1)[0] for parent in empty})
-    if empty and len(buckets) == 1 and buckets[0] != empty[0]:
-        empty.insert(0, buckets[0])  # a missing bucket is named once, as the bucket
-    missing: list[str] = []
-    for parent in empty[:16]:
-        if any(parent.startswith(gone + "/") for gone in missing):
-            continue
-        with errors.reading(fs.unstrip_protocol(parent)):
-            if not fs.exists(parent):
-                missing.append(parent)
-    return [fs.unstrip_protocol(parent) for parent in missing]
-
-
-def _list_files(fs: AbstractFileSystem, parents: Sequence[str]) -> set[str]:
-    if len(parents) == 1:
-        roots, recursive = parents, False
-    else:
-        roots, recursive = [_common_dir(parents)], True
-    listed: set[str] = set()
-    for root in roots:
-        fs.invalidate_cache(root)
-        try:
-            with errors.reading(fs.unstrip_protocol(root)):
-                if recursive:
-                    listed.update(find(fs, root))
-                else:
-                    entries = fs.ls(root, detail=True)
-                    listed.update(e["name"] for e in entries if e.get("type") != "directory")
-        except FileNotFoundError:
-            continue
-    return listed
-
-
 def walk_files(url: str, filesystems: FileSystems, bar: Any = None) -> list[str]:
-    """Lists every file and folder below `url` with one recursive listing.
+    """Lists every object below `url` (see `find`).
 
     Args:
         url: A folder URL, e.g. `s3://bucket/train`.
@@ -309,31 +234,24 @@ def walk_files(url: str, filesystems: FileSystems, bar: Any = None) -> list[str]
         bar: Optional `tqdm` bar counting the objects listed.
 
     Returns:
-        Paths relative to `url`, with a trailing `/` on folders.
+        Paths relative to `url`; folder markers (and, from backends other
+        than S3 and lakeFS, folders) end with `/`.
 
     Raises:
         FileNotFoundError: nothing exists under `url`.
     """
     fs, root = filesystems.resolve(url)
     root = root.rstrip("/")
-    fs.invalidate_cache(root)
     counted = bar.n if bar is not None else 0
     with errors.reading(url):
-        found = find(fs, root, withdirs=True, bar=bar)
+        entries = find(fs, root, bar=bar)
     if bar is not None and bar.n == counted:  # no page-by-page count: count at the end
-        bar.update(len(found))
-    if not found and not fs.isdir(root):
-        raise FileNotFoundError(f"No such directory: {errors.redact(url)!r}")
-    prefix = root + "/"
-    entries = []
-    for name, info in found.items():
-        name = name.rstrip("/")
-        if not name.startswith(prefix):
-            continue
-        relative = name[len(prefix) :]
-        if not relative:
-            continue
-        entries.append(relative + "/" if info.get("type") == "directory" else relative)
+        bar.update(len(entries))
+    if not entries:
+        with errors.reading(url):
+            there = fs.isdir(root)
+        if not there:
+            raise FileNotFoundError(f"No such directory: {errors.redact(url)!r}")
     return entries
 
 

@@ -64,6 +64,9 @@ def test_no_lakefs_configuration_says_where_to_put_it(monkeypatch, tmp_path):
         if name.startswith("LAKECTL_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("HOME", str(tmp_path))
+    from lakefs_spec import LakeFSFileSystem
+
+    LakeFSFileSystem.clear_instance_cache()  # one built from another test's LAKECTL_* settings
     with pytest.raises(PermissionError, match=r"'lakefs://repo/main/train'.*LAKECTL_"):
         rk.ImageDataGenerator().flow_from_directory("lakefs://repo/main/train")
 

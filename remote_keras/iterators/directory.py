@@ -17,7 +17,9 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
 
     Takes every argument of Keras's `DirectoryIterator`, with the same
     defaults, plus the keyword arguments of `DataFrameIterator`. A remote
-    `directory` (`"s3://bucket/train"`) is listed once, recursively; classes,
+    `directory` (`"s3://bucket/train"`) is listed once: one request when it holds at most
+    1,000 objects, else its class folders in parallel (`remote_keras.listers`); the training
+    and validation subsets of one generator share the listing; classes,
     file order and `subset` splits are as for a local folder.
     """
 
