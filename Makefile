@@ -18,9 +18,9 @@ STAMP := $(VENV)/.installed
 # Run on the oldest pair too (the two-JAX-process test skips there, saying why).
 OLDEST_TESTS := tests/test_api.py tests/test_parity.py tests/test_concurrency.py \
 	tests/test_keras_preprocessing_suite.py tests/test_sharding.py \
-	tests/test_sharding_versions.py
+	tests/test_sharding_versions.py tests/test_resume.py
 
-.PHONY: install demo test test-fast test-oldest lint docs bench bench-scale clean
+.PHONY: install demo test test-fast test-oldest lint docs bench bench-scale clean azurite
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Azurite (the Azure Storage emulator the Azure tests start) from the npm registry, into
+# .venv/azurite; without npm the Azure tests skip locally, saying how to install it.
+AZURITE_VERSION := 3.35.0# 3.35 runs on Node.js 18+ (Debian's); later ones ask for Node.js 22
+AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
+$(AZURITE): | $(STAMP)
+	@if command -v npm > /dev/null; then \
+	  npm install --prefix $(VENV)/azurite --no-audit --no-fund --loglevel=error \
+	    azurite@$(AZURITE_VERSION); \
+	else echo "npm not found: the Azure tests will skip (install Node.js and npm)"; fi
+
+azurite: $(AZURITE)
 
 demo: $(STAMP)
 	$(BIN)/python -m remote_keras.demo
@@ -48,7 +60,7 @@ bench: $(STAMP)
 bench-scale: $(STAMP)
 	$(BIN)/python bench/scale.py
 
-test: lint
+test: lint azurite
 	$(BIN)/python -m pytest
 	$(MAKE) --no-print-directory test-oldest
 

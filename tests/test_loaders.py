@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
+import sys
 
 import fsspec
 import numpy as np
@@ -140,9 +142,13 @@ def test_http_urls(image_dir, http_images):
         assert_same_batch(local[0], it[0])
 
 
-def test_missing_backend_names_the_package_and_the_extra():
-    if _installed("gcsfs"):
-        pytest.skip("gcsfs is installed here, so its absence cannot be shown")
+def test_missing_backend_names_the_package_and_the_extra(monkeypatch):
+    # gcsfs is a dev dependency: its absence is simulated (`import gcsfs` fails, and fsspec
+    # forgets the class it may have loaded already).
+    registry = importlib.import_module("fsspec.registry")
+    monkeypatch.setitem(sys.modules, "gcsfs", None)
+    for protocol in ("gs", "gcs"):
+        monkeypatch.delitem(registry._registry, protocol, raising=False)
     df = pd.DataFrame({"filename": ["gs://bucket/a.png"], "class": ["a"]})
     with pytest.raises(ImportError, match=r"pip install gcsfs \(in a clone .*'\.\[gcs\]'"):
         rk.ImageDataGenerator().flow_from_dataframe(df)
@@ -169,9 +175,3 @@ def test_secrets_are_redacted_from_urls():
     assert redact("https://user:pw@host/x.png") == "https://***@host/x.png"
     assert "abc" not in redact("https://h/x.png?X-Amz-Signature=abc&a=1")
     assert redact("s3://bucket/key") == "s3://bucket/key"
-
-
-def _installed(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None

@@ -1,8 +1,9 @@
-"""fsspec-style (s3fs) storage options and `AWS_*` variables translated into obstore's settings."""
+"""fsspec-style storage options (s3fs, gcsfs, adlfs) and `AWS_*` variables as obstore's settings."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Mapping
 from datetime import timedelta
@@ -33,6 +34,23 @@ _S3FS_IGNORED = frozenset(
     }
 )  # fmt: skip
 _S3FS_INEXPRESSIBLE = ("profile", "session")
+# gcsfs and adlfs options that tune caching, listing, uploads or concurrency: no GET changes.
+_GCSFS_IGNORED = frozenset(
+    {
+        "project", "access", "consistency", "cache_timeout", "secure_serialize",
+        "check_connection", "requests_timeout", "block_size", "session_kwargs", "version_aware",
+        "skip_instance_cache", "use_listings_cache", "listings_expiry_time", "max_paths",
+        "asynchronous", "loop", "default_location", "timeout",
+    }
+)  # fmt: skip
+_ADLFS_IGNORED = frozenset(
+    {
+        "blocksize", "default_fill_cache", "default_cache_type", "version_aware",
+        "assume_container_exists", "max_concurrency", "skip_instance_cache",
+        "use_listings_cache", "listings_expiry_time", "max_paths", "asynchronous", "loop",
+        "location_mode", "socket_timeout", "timeout", "connection_timeout", "read_timeout",
+    }
+)  # fmt: skip
 # botocore `Config` fields that only tune pooling, checksums, validation or telemetry.
 _CONFIG_KWARGS_IGNORED = frozenset(
     {
@@ -107,7 +125,8 @@ def translate_options(
         protocol: The URL's protocol: `"s3"`, `"gs"`, `"az"`, ...
         options: fsspec-style storage options.
         bucket: The bucket, for virtual-hosted requests to a custom endpoint.
-        environ: Where `AWS_*` variables are read; `os.environ` by default.
+        environ: Where `AWS_*` variables (and `STORAGE_EMULATOR_HOST`) are read;
+            `os.environ` by default.
 
     Returns:
         obstore's config, client options, retry config and explicit credentials.
@@ -117,11 +136,15 @@ def translate_options(
     """
     options = dict(options)
     settings = _ObstoreSettings({}, dict(_OBSTORE_CLIENT), dict(_OBSTORE_RETRY))
+    environ = os.environ if environ is None else environ
+    if protocol in ("gs", "gcs"):
+        _gcs_options(options, settings, environ)
+    elif protocol in ("az", "abfs", "abfss"):
+        _azure_options(options, settings)
     if protocol not in ("s3", "s3a"):
         options.pop("client_kwargs", None)
         settings.config.update(options)
         return settings
-    environ = os.environ if environ is None else environ
     client_kwargs = dict(options.pop("client_kwargs", None) or {})
     config_kwargs = dict(options.pop("config_kwargs", None) or {})
     for name in _S3FS_INEXPRESSIBLE:
@@ -284,6 +307,71 @@ def _s3_addressing(config_kwargs: dict[str, Any], settings: _ObstoreSettings) ->
     if unknown:
         raise ValueError(_inexpressible(f"`config_kwargs['s3']` {unknown}"))
     return style
+
+
+def _gcs_options(
+    options: dict[str, Any], settings: _ObstoreSettings, environ: Mapping[str, str]
+) -> None:
+    """gcsfs's `endpoint_url` (else `STORAGE_EMULATOR_HOST`), `token` and tuning knobs."""
+    endpoint = options.pop("endpoint_url", None) or environ.get("STORAGE_EMULATOR_HOST")
+    if endpoint:
+        if "://" not in endpoint:  # gcsfs takes `host:port` from STORAGE_EMULATOR_HOST
+            endpoint = f"http://{endpoint}"
+        settings.config["base_url"] = endpoint.rstrip("/")
+        if endpoint.lower().startswith("http://"):
+            settings.client_options["allow_http"] = True
+    token = options.pop("token", None)
+    if token == "anon":  # noqa: S105 (gcsfs's word for unsigned requests)
+        settings.config["skip_signature"] = True
+    elif isinstance(token, dict):  # a service account key's fields
+        settings.config["service_account_key"] = json.dumps(token)
+    elif isinstance(token, (str, os.PathLike)) and os.path.isfile(token):
+        settings.config["service_account"] = os.fspath(token)
+    elif token not in (None, "google_default", "cloud"):
+        raise ValueError(_inexpressible("`token` (only 'anon', a key file or its dict)"))
+    for name in _GCSFS_IGNORED:
+        options.pop(name, None)
+
+
+def _azure_options(options: dict[str, Any], settings: _ObstoreSettings) -> None:
+    """adlfs's `connection_string`, `account_host`, `sas_token`, `anon` and tuning knobs."""
+    if options.pop("credential", None) is not None:
+        raise ValueError(_inexpressible("`credential` (an azure-identity object)"))
+    fields = _connection_string_fields(options.pop("connection_string", None) or "")
+    if fields.get("usedevelopmentstorage", "").lower() == "true":
+        settings.config["use_emulator"] = True
+    for field, key in (("accountname", "account_name"), ("accountkey", "account_key")):
+        if field in fields:
+            options.setdefault(key, fields[field])
+    sas = options.pop("sas_token", None) or fields.get("sharedaccesssignature")
+    if sas:
+        options.setdefault("sas_key", sas.lstrip("?"))
+    endpoint = fields.get("blobendpoint") or options.pop("endpoint", None)
+    host = options.pop("account_host", None)
+    if not endpoint and host:
+        endpoint = f"https://{host}"
+    elif not endpoint and "endpointsuffix" in fields and "account_name" in options:
+        scheme = fields.get("defaultendpointsprotocol", "https")
+        endpoint = f"{scheme}://{options['account_name']}.blob.{fields['endpointsuffix']}"
+    options.pop("endpoint", None)
+    if endpoint:
+        settings.config["endpoint"] = endpoint.rstrip("/")
+        if endpoint.lower().startswith("http://"):
+            settings.client_options["allow_http"] = True
+    if options.pop("anon", False):
+        settings.config["skip_signature"] = True
+    for name in _ADLFS_IGNORED:
+        options.pop(name, None)
+
+
+def _connection_string_fields(text: str) -> dict[str, str]:
+    """An Azure connection string's `Name=value;` fields, names lowercased."""
+    fields = {}
+    for part in text.split(";"):
+        name, sep, value = part.partition("=")
+        if sep and name.strip():
+            fields[name.strip().lower()] = value.strip()
+    return fields
 
 
 def _one_of(what: str, *values: Any) -> Any:

@@ -5,6 +5,8 @@
   clients use, proven against lakefs-spec's own test suite; `lakefs_target()` picks a
   real lakeFS instead when `REMOTE_KERAS_LAKEFS_URL` is set.
 - `StaticHTTPServer`: files of a folder over HTTP.
+- `AzuriteServer`: a real Azure Blob endpoint (Microsoft's Azurite, from npm).
+- `GCSServer`: a real GCS endpoint (`fake-gcs-server`, from the package index).
 - `CountingProxy`: a TCP proxy that counts HTTP requests by method and can add latency;
   `ProxyProcess` runs one in its own process.
 
@@ -19,12 +21,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from remote_keras.testing.azurite import AzuriteServer
+    from remote_keras.testing.gcs import GCSServer
     from remote_keras.testing.lakefs import LakeFSServer, lakefs_target
     from remote_keras.testing.proxy import CountingProxy, ProxyProcess
     from remote_keras.testing.s3 import S3Server
     from remote_keras.testing.static_http import StaticHTTPServer
 
 _MODULES = {
+    "AzuriteServer": "remote_keras.testing.azurite",
+    "GCSServer": "remote_keras.testing.gcs",
     "CountingProxy": "remote_keras.testing.proxy",
     "LakeFSServer": "remote_keras.testing.lakefs",
     "ProxyProcess": "remote_keras.testing.proxy",
@@ -34,6 +40,8 @@ _MODULES = {
 }
 
 __all__ = [
+    "AzuriteServer",
+    "GCSServer",
     "CountingProxy",
     "LakeFSServer",
     "ProxyProcess",
