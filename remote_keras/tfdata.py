@@ -41,7 +41,7 @@ def to_tf_dataset(it: Any) -> Any:
     signature = spec(first[0])
 
     def batches() -> Any:
-        for i in range(len(it)):
+        for i in range(it.num_batches):  # fewer in an epoch resumed mid-way
             if i == 0 and first:
                 now = time.perf_counter()
                 it.handoffs.record(now, now)
@@ -51,7 +51,7 @@ def to_tf_dataset(it: Any) -> Any:
         it.on_epoch_end()  # the next pass is the next epoch
 
     dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
-    if it.shard.count == 1:
+    if it.shard.count == 1 and it.num_batches == len(it):
         return dataset.apply(tf.data.experimental.assert_cardinality(len(it)))
     # The files are split already: tf.distribute must not split the batches again. Its steps
     # per epoch then depend on the replicas, so the cardinality stays unknown.

@@ -12,6 +12,7 @@ import threading
 import time
 import warnings
 import weakref
+from collections.abc import Sequence
 from concurrent.futures import Future
 from types import FrameType
 from typing import Any
@@ -22,7 +23,7 @@ from keras.src.legacy.preprocessing import image as keras_image
 from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
 from keras.src.trainers.epoch_iterator import EpochIterator
 
-from remote_keras import batches, errors, sharding, storage
+from remote_keras import batches, errors, resume, sharding, storage
 from remote_keras.cache import DiskCache
 from remote_keras.epochs import BatchPlan, EpochPlanner
 from remote_keras.fetching import Fetcher
@@ -72,6 +73,7 @@ class RemoteBatchMixin(keras_image.Iterator):
         self._peeked: dict[tuple[int, int], Any] = {}
         self._stream_position = 0
         self._last_requested: int | None = None
+        self._resume: resume.Resumption | None = None  # the rest of an interrupted epoch
         self._home_pid = os.getpid()  # pickled: a copy knows it runs in another process
 
     def _finish_init(self) -> None:
@@ -135,6 +137,19 @@ class RemoteBatchMixin(keras_image.Iterator):
         return self._planner.batches()
 
     @property
+    def num_batches(self) -> int:
+        """Batches Keras's `fit` reads in this pass: `len(self)`, or what a resumed epoch has left.
+
+        Keras's epoch loop keeps counting `len(self)` steps per epoch (a
+        resumed epoch ends early when its batches run out); the generators
+        that feed it read this property at the start of every pass.
+        """
+        pending = self._resume
+        if pending is None or pending.epoch != self._epoch or _called_by_epoch_iterator():
+            return len(self)
+        return len(pending.positions)
+
+    @property
     def epoch(self) -> int:
         """The epoch (from 0) whose batches `iterator[i]` returns now."""
         return self._epoch
@@ -161,6 +176,108 @@ class RemoteBatchMixin(keras_image.Iterator):
     def lakefs_pins(self) -> list[LakeFSPin]:
         """The lakeFS commits this iterator reads, one per `(repository, ref)` requested."""
         return list(self._pinner.pins.values())
+
+    def set_epoch(self, epoch: int) -> None:
+        """Makes `iterator[i]` and `next()` return the batches of `epoch` (from 0).
+
+        For `fit(initial_epoch=k)`: call `iterator.set_epoch(k)` first, and
+        epoch `k` reads epoch `k`'s order and augmentation (Keras does not tell
+        the iterator which epoch it trains).
+
+        Args:
+            epoch: The epoch to read next.
+        """
+        self._ensure_process()
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._go_to(epoch, 0, None)
+
+    def state_dict(self, epoch: int | None = None, batch: int | None = None) -> dict[str, Any]:
+        """Returns what `load_state_dict` needs to continue this iterator's stream exactly.
+
+        Args:
+            epoch: The epoch in progress; defaults to the iterator's own.
+            batch: Batches of that epoch already consumed; defaults to the
+                position of `next()`, or 0 when batches are read by index.
+
+        Returns:
+            A JSON-serialisable dict: format, epoch, batch, seed, shuffle,
+            batch size, shard, lakeFS pins and a fingerprint of the samples.
+        """
+        with self.lock:
+            length = max(len(self), 1)
+            if epoch is None:
+                epoch = self._epoch
+                if batch is None and self._stream_position:
+                    epoch, batch = divmod(self._stream_position, length)
+            return {
+                "format": resume.STATE_FORMAT,
+                "epoch": int(epoch),
+                "batch": int(batch or 0),
+                "seed": self.seed,
+                "shuffle": bool(self.shuffle),
+                "batch_size": int(self.batch_size),
+                "shard": [self.shard.index, self.shard.count],
+                "lakefs_pins": [dataclasses.asdict(pin) for pin in self.lakefs_pins],
+                "fingerprint": resume.fingerprint(self),
+            }
+
+    def load_state_dict(self, state: dict[str, Any], fit_random_state: tuple | None = None) -> None:
+        """Continues the stream `state` was saved from: same data, epoch and position.
+
+        lakeFS refs are read at the commits of `state` even if a branch moved
+        since (a folder is listed again at that commit).
+
+        Args:
+            state: A dict from `state_dict()`.
+            fit_random_state: When `fit(shuffle=True)` drew the interrupted
+                epoch's batch order, Python's `random` state it drew from
+                (`random.getstate()`): the remaining batches are then returned
+                in the order `fit` asks for them once `random` is set to that
+                state again. By default, index `i` of the interrupted epoch
+                returns its `state["batch"] + i`-th batch.
+
+        Raises:
+            ValueError: The state was saved from different data (another file
+                list, seed, batch size or shard), naming what differs.
+        """
+        self._ensure_process()
+        self._repin([LakeFSPin(**pin) for pin in state.get("lakefs_pins", [])])
+        resume.check_compatible(self, state)
+        epoch, done = int(state["epoch"]), int(state["batch"])
+        shuffled = fit_random_state is not None
+        pending = resume.fit_resumption(epoch, done, len(self), shuffled, fit_random_state)
+        self._go_to(epoch, done, pending if done else None)
+
+    def _go_to(self, epoch: int, done: int, pending: resume.Resumption | None) -> None:
+        with self.lock:
+            self._epoch = epoch
+            self._epoch_begun = False
+            self._last_requested = None
+            self._peeked.clear()
+            self._prefetcher.clear()
+            self._resume = pending
+            self._stream_position = epoch * max(len(self), 1) + done
+            self.batch_index = done
+            self.index_array = self._planner.order(epoch)
+
+    def _repin(self, pins: list[LakeFSPin]) -> None:
+        """Reads at `pins`' commits where this iterator pinned the same refs elsewhere."""
+        moved = [
+            pin for pin in pins
+            if (found := self._pinner.pins.get((pin.repository, pin.ref))) is not None
+            and found.commit_id != pin.commit_id
+        ]  # fmt: skip
+        if not moved:
+            return
+        for pin in moved:
+            self._pinner.pins[(pin.repository, pin.ref)] = pin
+        self._reread_at_pins()
+
+    def _reread_at_pins(self) -> None:
+        """Recomputes the paths read after `_pinner` changed (subclasses may list again)."""
+        self._known_paths = {}
+        self._filepaths = [self._path_of(name) for name in self.filenames]
 
     def to_tf_dataset(self) -> Any:
         """Returns the batches of one epoch per pass, as a `tf.data.Dataset`.
@@ -197,33 +314,40 @@ class RemoteBatchMixin(keras_image.Iterator):
 
     def __getitem__(self, idx: int):
         asked = time.perf_counter()
-        if idx >= len(self):
-            raise ValueError(
-                f"Asked to retrieve element {idx}, but the Sequence has length {len(self)}"
-            )
         self._ensure_process()
+        # Keras's index `idx` is batch `order[idx]` of the epoch: the same, except in an epoch
+        # resumed mid-way, whose indices cover only the batches it has left.
+        pending = self._resume
+        order: Sequence[int] = range(len(self))
+        if pending is not None and pending.epoch == self._epoch:
+            order = pending.positions
+        if idx >= len(order):
+            raise ValueError(
+                f"Asked to retrieve element {idx}, but the Sequence has length {len(order)}"
+            )
+        position = order[idx]
         with self.lock:
             self.total_batches_seen += 1
             epoch = self._epoch
-            peeked = self._peeked.pop((epoch, idx), None)
+            peeked = self._peeked.pop((epoch, position), None)
         if peeked is not None:
             self.handoffs.record(asked, time.perf_counter())
             return peeked
         with self.lock:
             previous, self._last_requested = self._last_requested, idx
-            future, prefetched = self._start(epoch, idx)
+            future, prefetched = self._start(epoch, position)
             peek = not self._epoch_begun and _called_by_keras("get_tf_dataset", PyDatasetAdapter)
         in_order = previous is None or 0 < idx - previous <= max(2, self.workers)
         # With `use_multiprocessing`, Keras's worker processes build the epoch's batches: one
         # built ahead here, or in one of them, would mostly be read again by another.
         in_order = in_order and not self.use_multiprocessing and os.getpid() == self._home_pid
-        ahead = range(idx + 1, min(idx + 1 + self.options.prefetch_batches, len(self)))
+        ahead = order[idx + 1 : idx + 1 + self.options.prefetch_batches]
         keys = [(epoch, i) for i in ahead] if in_order else []
         batch = self._result(future, prefetched, keys, asked)
         if peek:
             with self.lock:
                 if epoch == self._epoch:
-                    self._peeked[(epoch, idx)] = batch
+                    self._peeked[(epoch, position)] = batch
         return batch
 
     def __next__(self):
@@ -284,6 +408,7 @@ class RemoteBatchMixin(keras_image.Iterator):
             self._epoch += 1
             self._epoch_begun = False
             self._last_requested = None
+            self._resume = None
             self._peeked.clear()
             self._prefetcher.clear()
             self.index_array = self._planner.order(self._epoch)
@@ -339,6 +464,18 @@ class RemoteBatchMixin(keras_image.Iterator):
         batch = self._assemble(plan, batch_x)
         self.handoffs.record(asked, time.perf_counter())
         return batch
+
+
+def _called_by_epoch_iterator() -> bool:
+    """Whether a Keras `EpochIterator` (counting its steps per epoch) asks, a few frames up."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            return False
+        if isinstance(frame.f_locals.get("self"), EpochIterator):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _called_by_keras(method: str, owner: type) -> bool:

@@ -67,7 +67,14 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
             dtype=dtype,
         )
         if storage.is_url(os.fspath(directory)):
-            listing.init_from_listing(self, os.fspath(directory), image_data_generator, **arguments)
+            self._listing = (os.fspath(directory), image_data_generator, arguments)
+            listing.init_from_listing(self, *self._listing[:2], **arguments)
         else:
             super().__init__(directory, image_data_generator, **arguments)
+        self._finish_init()
+
+    def _reread_at_pins(self) -> None:
+        """Lists the folder again at the pinned commits (a moved branch may hold other files)."""
+        directory, image_data_generator, arguments = self._listing
+        listing.init_from_listing(self, directory, image_data_generator, **arguments)
         self._finish_init()

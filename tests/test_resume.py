@@ -1,0 +1,341 @@
+"""Exact resume: iterator state, `set_epoch`, and `BackupAndRestore` across a crash.
+
+The stream after a restore must be the uninterrupted run's from the restore
+point: the same files in the same order with the same augmentation, nothing
+before that point read again, and (with a deterministic model) the same final
+weights.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import keras
+import numpy as np
+import pandas as pd
+import pytest
+
+import remote_keras as rk
+from remote_keras.testing.lakefs_server import lakefs_target
+from tests.helpers import AUGMENT, assert_same_batch
+from tests.resume_run import StopAt
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df.assign(row=np.arange(len(df), dtype="float32"))
+
+
+def _iterator(directory, df, **kwargs):
+    gen = rk.ImageDataGenerator(**AUGMENT)
+    return gen.flow_from_dataframe(
+        _rows(df), directory, y_col="row", class_mode="raw", target_size=(8, 8), batch_size=3,
+        seed=11, **kwargs,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- iterator state
+
+
+def test_a_loaded_state_continues_the_stream_by_index_and_by_next(image_dir):
+    local, df = image_dir
+    with _iterator(local, df) as original, _iterator(local, df) as resumed:
+        original.on_epoch_end()  # epoch 1
+        expected = [original[i] for i in range(len(original))]
+        resumed.load_state_dict(original.state_dict(epoch=1, batch=2))
+        assert resumed.epoch == 1
+        assert resumed.num_batches == len(original) - 2
+        for i in range(len(original) - 2):
+            assert_same_batch(expected[2 + i], resumed[i])
+        resumed.on_epoch_end()
+        original.on_epoch_end()
+        assert_same_batch(original[0], resumed[0])  # whole epochs afterwards
+        assert resumed.num_batches == len(resumed)
+    with _iterator(local, df) as stream, _iterator(local, df) as resumed:
+        for _ in range(len(stream) + 3):
+            next(stream)
+        resumed.load_state_dict(stream.state_dict())
+        assert resumed.state_dict()["epoch"] == 1 and resumed.state_dict()["batch"] == 3
+        for _ in range(len(stream) + 2):
+            assert_same_batch(next(stream), next(resumed))
+
+
+def test_set_epoch_reads_that_epochs_order_and_augmentation(image_dir):
+    local, df = image_dir
+    with _iterator(local, df) as walked, _iterator(local, df) as jumped:
+        walked.on_epoch_end()
+        walked.on_epoch_end()
+        jumped.set_epoch(2)
+        for i in range(len(walked)):
+            assert_same_batch(walked[i], jumped[i])
+
+
+def test_a_state_from_other_data_is_refused_naming_the_difference(image_dir):
+    local, df = image_dir
+    with _iterator(local, df) as it:
+        state = it.state_dict()
+    json.dumps(state)  # the state is plain JSON
+    with _iterator(local, df.iloc[:-1]) as fewer, pytest.raises(ValueError, match="samples"):
+        fewer.load_state_dict(state)
+    with _iterator(local, df.iloc[::-1]) as reordered, pytest.raises(ValueError, match="sha256"):
+        reordered.load_state_dict(state)
+    gen = rk.ImageDataGenerator()
+    other_seed = gen.flow_from_dataframe(_rows(df), local, y_col="row", class_mode="raw",
+                                         batch_size=3, seed=12)  # fmt: skip
+    with other_seed, pytest.raises(ValueError, match="seed=11"):
+        other_seed.load_state_dict(state)
+    with _iterator(local, df, num_shards=2, shard_index=1) as shard:
+        with pytest.raises(ValueError, match="shard"):
+            shard.load_state_dict(state)
+
+
+# --------------------------------------------------------------------------- fit, in process
+
+
+class Recorder(keras.Sequential):
+    """Records (labels, pixel sum) of each training step."""
+
+    def __init__(self) -> None:
+        super().__init__([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(1)])
+        self.seen: list[tuple[tuple[int, ...], float]] = []
+
+    def train_step(self, data):
+        rows = tuple(int(v) for v in np.asarray(data[1]))
+        self.seen.append((rows, float(np.asarray(data[0]).sum())))
+        return super().train_step(data)
+
+
+def _interrupt() -> None:
+    raise KeyboardInterrupt("interrupted for the test")
+
+
+def _fit(make, backup=None, interrupt=None, save_freq=2, pass_iterator=False, **fit_kwargs):
+    keras.utils.set_random_seed(3)
+    model = Recorder()
+    model.compile(keras.optimizers.Adam(1e-3), "mse", run_eagerly=True)
+    it = make()
+    callbacks: list = []
+    if backup is not None:
+        extra = {"train_iterator": it} if pass_iterator else {}
+        callbacks.append(rk.BackupAndRestore(backup, save_freq=save_freq, **extra))
+    if interrupt is not None:
+        callbacks.append(StopAt(*interrupt, _interrupt))
+    try:
+        model.fit(it, epochs=3, verbose=0, callbacks=callbacks, **fit_kwargs)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        it.close()
+    return model.seen, model.get_weights(), it
+
+
+def _check_resume(make, tmp_path, interrupt=(1, 5), save_freq=2, **kwargs):
+    """Crash at `interrupt`, resume, and compare with the uninterrupted run."""
+    reference, weights, it = _fit(make, **kwargs)
+    per_epoch = len(it)
+    backup = str(tmp_path / f"backup-{uuid.uuid4().hex[:6]}")
+    first, _, _ = _fit(make, backup, interrupt, save_freq=save_freq, **kwargs)
+    saved = json.load(open(os.path.join(backup, "training_metadata.json")))["remote_keras"]
+    restart = saved["epoch"] * per_epoch + saved["batch"]
+    assert restart < len(first)  # the crash came after the last backup
+    second, resumed_weights, _ = _fit(make, backup, save_freq=save_freq, **kwargs)
+    assert first[:restart] == reference[:restart]
+    assert second == reference[restart:]
+    for a, b in zip(weights, resumed_weights):
+        np.testing.assert_array_equal(a, b)
+    return saved
+
+
+@pytest.mark.parametrize("fit_shuffle", [True, False])
+def test_fit_resumes_mid_epoch_with_the_same_batches_and_weights(image_dir, tmp_path, fit_shuffle):
+    local, df = image_dir
+    saved = _check_resume(lambda: _iterator(local, df), tmp_path, shuffle=fit_shuffle)
+    assert (saved["epoch"], saved["batch"]) == (1, 5)  # 7 batches an epoch, a backup every 2
+
+
+def test_fit_resumes_at_an_epoch_boundary(image_dir, tmp_path):
+    local, df = image_dir
+    saved = _check_resume(lambda: _iterator(local, df), tmp_path, save_freq="epoch")
+    assert (saved["epoch"], saved["batch"]) == (1, 0)
+
+
+def test_resume_with_threads_and_worker_processes(image_dir, tmp_path):
+    local, df = image_dir
+    _check_resume(lambda: _iterator(local, df, workers=2), tmp_path)
+    _check_resume(lambda: _iterator(local, df, workers=2, use_multiprocessing=True), tmp_path)
+
+
+def test_each_sharded_worker_resumes_its_own_shard(image_dir, tmp_path):
+    local, df = image_dir
+    for index in (0, 1):
+        make = functools.partial(_iterator, local, df, num_shards=2, shard_index=index)
+        _check_resume(make, tmp_path, interrupt=(1, 2))
+
+
+def test_resume_through_to_tf_dataset(image_dir, tmp_path):
+    local, df = image_dir
+
+    def fit(backup=None, interrupt=None):
+        keras.utils.set_random_seed(3)
+        model = Recorder()
+        model.compile(keras.optimizers.Adam(1e-3), "mse", run_eagerly=True)
+        it = _iterator(local, df)
+        callbacks: list = []
+        if backup:  # the iterator is passed: it is restored before its dataset is built
+            callbacks.append(rk.BackupAndRestore(backup, save_freq=2, train_iterator=it))
+        if interrupt:
+            callbacks.append(StopAt(*interrupt, _interrupt))
+        try:
+            model.fit(it.to_tf_dataset(), epochs=3, verbose=0, callbacks=callbacks)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            it.close()
+        return model.seen, len(it)
+
+    reference, per_epoch = fit()
+    backup = str(tmp_path / "tfdata")
+    fit(backup, (1, 5))
+    second, _ = fit(backup)
+    assert second == reference[per_epoch + 5 :]
+
+
+def test_initial_epoch_reads_that_epochs_batches(image_dir, tmp_path):
+    local, df = image_dir
+    make = lambda: _iterator(local, df)  # noqa: E731
+    reference, _, it = _fit(make)
+    later, _, _ = _fit(make, str(tmp_path / "none"), initial_epoch=1)
+    assert later == reference[len(it) :]
+
+
+def test_resumed_lakefs_run_reads_the_first_runs_commit(image_dir, tmp_path):
+    # The oldest-pair run (.ci/test-oldest) installs the `test` extra only, without lakeFS.
+    lakefs = pytest.importorskip("lakefs", reason="the lakefs extra is not installed")
+    from lakefs_spec import LakeFSFileSystem
+
+    local, _ = image_dir
+    with lakefs_target() as target:
+        client = lakefs.client.Client(**target.storage_options)
+        name = f"rs-{uuid.uuid4().hex[:8]}"
+        config = client.storage_config
+        prefix = "local://" if target.is_stand_in else config.default_namespace_prefix
+        repository = lakefs.Repository(name, client=client)
+        repository.create(storage_namespace=prefix + name)
+        fs = LakeFSFileSystem(**target.storage_options)
+        for folder, _, files in os.walk(local):
+            for file in files:
+                path = os.path.join(folder, file)
+                fs.put_file(path, f"lakefs://{name}/main/train/{os.path.relpath(path, local)}")
+        branch = lakefs.Branch(name, "main", client=client)
+        first_commit = branch.commit("images").get_commit().id
+
+        def make():
+            gen = rk.ImageDataGenerator(**AUGMENT)
+            return gen.flow_from_directory(
+                f"lakefs://{name}/main/train", target_size=(8, 8), batch_size=3, seed=4,
+                class_mode="sparse", storage_options=target.storage_options,
+            )  # fmt: skip
+
+        try:
+            reference, weights, it = _fit(make)
+            backup = str(tmp_path / "lakefs")
+            _fit(make, backup, (1, 5))
+            # The branch moves between the crash and the resume: one more image in a class.
+            folder = sorted(os.listdir(local))[0]
+            image = os.path.join(local, folder, sorted(os.listdir(os.path.join(local, folder)))[0])
+            fs.put_file(image, f"lakefs://{name}/main/train/{folder}/zz-new.png")
+            branch.commit("one more image")
+            with make() as fresh:
+                assert fresh.n == it.n + 1  # a fresh run would read the new commit
+            keras.utils.set_random_seed(3)
+            model = Recorder()
+            model.compile(keras.optimizers.Adam(1e-3), "mse", run_eagerly=True)
+            with make() as resumed:
+                callbacks = [rk.BackupAndRestore(backup, save_freq=2)]  # finds `resumed` itself
+                model.fit(resumed, epochs=3, verbose=0, callbacks=callbacks)
+            seen = model.seen
+            assert [pin.commit_id for pin in resumed.lakefs_pins] == [first_commit]
+            assert resumed.n == it.n
+            restart = len(it) + 5
+            assert [rows for rows, _ in seen] == [rows for rows, _ in reference[restart:]]
+            assert seen == reference[restart:]
+            for a, b in zip(weights, model.get_weights()):
+                np.testing.assert_array_equal(a, b)
+        finally:
+            repository.delete()
+
+
+# --------------------------------------------------------------------------- SIGKILL, S3
+
+
+@pytest.mark.slow
+def test_sigkill_mid_epoch_then_resume_on_s3(s3_images, s3_options, s3_proxy, tmp_path):
+    """A crash in epoch 2 of 3, resumed in a new process: the same stream, nothing read twice."""
+    url, df = s3_images
+    files = list(df["filename"])
+    base = [sys.executable, os.path.join(ROOT, "tests", "resume_run.py"), "--directory", url,
+            "--files", json.dumps(files), "--storage-options", json.dumps(s3_options),
+            "--backup", str(tmp_path / "backup"), "--save-freq", "3"]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=ROOT)
+
+    def run(name: str, *extra: str) -> tuple[list[dict], int, int, str]:
+        record = str(tmp_path / f"{name}.jsonl")
+        s3_proxy.reset()
+        done = subprocess.run(base + ["--record", record, *extra], env=env, timeout=300,
+                              capture_output=True, text=True)  # fmt: skip
+        gets = s3_proxy.reset().get("GET", 0)
+        lines = [json.loads(line) for line in open(record)] if os.path.exists(record) else []
+        return lines, done.returncode, gets, done.stderr[-3000:]
+
+    reference, rc, _, error = run("reference", "--backup", str(tmp_path / "unused"),
+                           "--weights", str(tmp_path / "reference.npz"))  # fmt: skip
+    assert rc == 0, error
+    per_epoch = -(-len(files) // 2)
+    crashed, rc, _, error = run("crashed", "--kill", "1:5")
+    assert rc == -9, error  # SIGKILL
+    assert len(crashed) == per_epoch + 6
+    metadata = json.load(open(tmp_path / "backup" / "training_metadata.json"))
+    saved = metadata["remote_keras"]
+    # 11 steps an epoch, a backup every 3: the last one after step 4 of epoch 2 (from 0).
+    assert (saved["epoch"], saved["batch"]) == (1, 4)
+    restart = per_epoch + 4
+    resumed, rc, gets, error = run("resumed", "--weights", str(tmp_path / "resumed.npz"))
+    assert rc == 0, error
+    assert crashed[:restart] == reference[:restart]
+    assert resumed == reference[restart:]  # same files, order and augmentation
+    assert gets == sum(len(step["rows"]) for step in resumed)  # nothing before it read again
+    ours, theirs = np.load(tmp_path / "resumed.npz"), np.load(tmp_path / "reference.npz")
+    for key in theirs.files:
+        np.testing.assert_array_equal(ours[key], theirs[key])
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_under_jax(image_dir, tmp_path):
+    """The same crash and resume on Keras's JAX backend (local files)."""
+    pytest.importorskip("jax")
+    local, df = image_dir
+    files = json.dumps(list(df["filename"]))
+    base = [sys.executable, os.path.join(ROOT, "tests", "resume_run.py"), "--directory", local,
+            "--files", files, "--backup", str(tmp_path / "backup")]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=ROOT, KERAS_BACKEND="jax")
+
+    def run(name: str, *extra: str) -> tuple[list[dict], int]:
+        record = str(tmp_path / f"{name}.jsonl")
+        done = subprocess.run(base + ["--record", record, *extra], env=env, timeout=300,
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode in (0, -9), done.stderr[-3000:]
+        return [json.loads(line) for line in open(record)], done.returncode
+
+    reference, _ = run("reference", "--backup", str(tmp_path / "unused"))
+    crashed, rc = run("crashed", "--kill", "1:5")
+    resumed, _ = run("resumed")
+    assert rc == -9
+    restart = len(reference) // 3 + 4  # the backup after step 4 of epoch 2 (a backup every 3)
+    assert crashed[:restart] == reference[:restart]
+    assert resumed == reference[restart:]
