@@ -86,18 +86,21 @@ def run_epochs(
     images: int,
     repeats: int,
     proxy=None,
+    store_proxy=None,
 ) -> dict:
     """Times `repeats` epochs (after a warm-up), each on a freshly built iterator.
 
     Images/s and CPU cover reading the epoch; building the iterator (listing,
     validation, lakeFS pinning) is reported in `first_batch_s` with the
-    first batch's wait.
+    first batch's wait. `store_proxy` counts the requests that reach the
+    object store behind a presigning lakeFS (`store_requests_per_image`).
     """
     results = []
     for attempt in range(repeats + 1):
         with PeakRSS() as rss:
-            if proxy is not None:
-                proxy.reset()
+            for counting in (proxy, store_proxy):
+                if counting is not None:
+                    counting.reset()
             start = time.perf_counter()
             iterator = build()
             built = time.perf_counter() - start
@@ -107,6 +110,7 @@ def run_epochs(
             seconds = time.perf_counter() - start  # construction is in `first_batch_s`
             cpu = time.process_time() - cpu
             steady = proxy.reset() if proxy is not None else {}
+            at_store = store_proxy.reset() if store_proxy is not None else None
             stats = dataclasses.asdict(iterator.stats) if hasattr(iterator, "stats") else None
             if hasattr(iterator, "close"):
                 iterator.close()
@@ -126,7 +130,28 @@ def run_epochs(
                 "loader_stats": stats,
             }
         )
+        if at_store is not None:
+            results[-1]["store_requests_per_image"] = {k: v / images for k, v in at_store.items()}
     return summarize(results)
+
+
+class _stand_in:
+    """The lakeFS stand-in in its own process, on `root`; yields its storage options."""
+
+    def __init__(self, root: str, env: dict, *flags: str) -> None:
+        from remote_keras.testing import lakefs_server
+
+        command = [sys.executable, lakefs_server.__file__, "--root", root, *flags]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+
+    def __enter__(self) -> dict:
+        assert self.process.stdout is not None
+        return json.loads(self.process.stdout.readline())
+
+    def __exit__(self, *exc_info: object) -> None:
+        from remote_keras.testing.base import terminate
+
+        terminate(self.process)  # killed if it lingers
 
 
 def summarize(results: list[dict]) -> dict:
@@ -138,6 +163,8 @@ def summarize(results: list[dict]) -> dict:
         summary[key] = statistics.median(values) if values else None
     summary["startup_requests"] = results[-1]["startup_requests"]
     summary["requests_per_image"] = results[-1]["requests_per_image"]
+    if "store_requests_per_image" in results[-1]:
+        summary["store_requests_per_image"] = results[-1]["store_requests_per_image"]
     if results[-1]["loader_stats"] is not None:
         summary["loader_stats"] = results[-1]["loader_stats"]  # `iterator.stats`, last repeat
     return summary
@@ -235,6 +262,9 @@ class Bench:
         stock_gen = keras_image.ImageDataGenerator(rescale=1 / 255)
         kw = dict(target_size=TARGET, batch_size=BATCH, shuffle=False)
         print("Scenarios (plain loop over every batch):", flush=True)
+        if args.only_lakefs:
+            self._lakefs_scenario(df, local, kw, s3, proxies)
+            return
 
         def stock():
             return stock_gen.flow_from_dataframe(df, local, **kw)
@@ -294,7 +324,7 @@ class Bench:
                 )
 
         if args.lakefs:
-            self._lakefs_scenario(df, local, kw)
+            self._lakefs_scenario(df, local, kw, s3, proxies)
 
         print("Scenarios in model.fit (tiny CNN, shuffle=True, epoch 2 timed):", flush=True)
         fit_delay = 20 if 20 in proxies else max(proxies)
@@ -349,48 +379,79 @@ class Bench:
         self.results[f"startup: {rows} rows, prefetch_batches=16"] = deep
         print(f"  {rows} rows, prefetch 16: {deep}", flush=True)
 
-    def _lakefs_scenario(self, df, local, kw) -> None:
-        """remote_keras through the lakeFS stand-in, run in its own process behind a proxy."""
+    def _lakefs_scenario(self, df, local, kw, s3, s3_proxies) -> None:
+        """lakeFS: the server path, the presigned path and the same files straight from S3.
+
+        The stand-in runs in its own process behind a latency proxy; in presign mode its
+        presigned URLs point at `rclone serve s3` (no auth) over its data folder, as a
+        lakeFS on S3 hands out S3 URLs, behind a second proxy with the same delay, so
+        requests are counted at each server separately.
+        """
+        import secrets
+        import tempfile
+
         import lakefs
         from lakefs.client import Client
         from lakefs_spec import LakeFSFileSystem
 
         import remote_keras as rk
-        from remote_keras.testing import ProxyProcess, lakefs_server
+        from remote_keras.testing import ProxyProcess, S3Server
+        from remote_keras.testing.base import free_port
 
-        server = subprocess.Popen(
-            [sys.executable, lakefs_server.__file__], stdout=subprocess.PIPE, text=True
-        )
-        try:
-            options = json.loads(server.stdout.readline())
+        root = tempfile.mkdtemp(prefix="bench-lakefs-")
+        env = dict(os.environ, REMOTE_KERAS_LAKEFS_SECRET_ACCESS_KEY=secrets.token_urlsafe(30))
+        n, repeats = len(df), self.args.repeats
+        with _stand_in(root, env) as options:
             client = Client(**options)
             lakefs.Repository("bench", client=client).create(storage_namespace="local://bench")
             fs = LakeFSFileSystem(**options)
             for name in df["filename"]:
                 fs.put_file(os.path.join(local, name), f"lakefs://bench/main/imagenet/{name}")
             lakefs.Branch("bench", "main", client=client).commit("images")
-            port = int(options["host"].rsplit(":", 1)[1])
-            for delay in sorted({0, 20} & set(self.args.delays)):
-                with ProxyProcess(port, delay / 1000) as proxy:
-                    via_proxy = dict(options, host=proxy.endpoint_url)
-                    urls = df.assign(filename="lakefs://bench/main/imagenet/" + df["filename"])
+        lakefs_urls = df.assign(filename="lakefs://bench/main/imagenet/" + df["filename"])
+        s3_urls = df.assign(filename="s3://bench/imagenet/" + df["filename"])
 
-                    def ours_lakefs(via_proxy=via_proxy, urls=urls):
-                        gen = rk.ImageDataGenerator(rescale=1 / 255, storage_options=via_proxy)
-                        return gen.flow_from_dataframe(urls, **kw)
+        def iterator(options, urls, loader="fsspec"):
+            def build():
+                gen = rk.ImageDataGenerator(rescale=1 / 255, storage_options=options, loader=loader)
+                return gen.flow_from_dataframe(urls, **kw)
 
-                    self.record(
-                        f"remote_keras, lakefs stand-in +{delay} ms",
-                        "lakefs",
-                        run_epochs(
-                            ours_lakefs, timed_getitem, len(df), self.args.repeats, proxy=proxy
-                        ),
-                        delay_ms=delay,
-                    )
-        finally:
-            server.terminate()
-            server.wait(10)
-            server.stdout.close()
+            return build
+
+        # The object store behind the presigning stand-in: rclone on its data folder, no auth.
+        store_server = S3Server(root, auth=False).start()
+        for delay in sorted({0, 20} & set(self.args.delays)):
+            lakefs_port = free_port()
+            with (
+                ProxyProcess(lakefs_port, delay / 1000) as api,
+                ProxyProcess(store_server.port, delay / 1000) as store,
+            ):
+                flags = ["--port", str(lakefs_port)]
+                with _stand_in(root, env, *flags) as options:
+                    via_proxy = dict(options, host=api.endpoint_url)
+                    result = run_epochs(iterator(via_proxy, lakefs_urls), timed_getitem, n,
+                                        repeats, proxy=api)  # fmt: skip
+                    self.record(f"remote_keras, lakefs server path +{delay} ms", "lakefs",
+                                result, delay_ms=delay, path="server")  # fmt: skip
+                presign = ["--presign", "--presign-s3-url", store.endpoint_url]
+                with _stand_in(root, env, *flags, *presign) as options:
+                    via_proxy = dict(options, host=api.endpoint_url)
+                    for loader in ("fsspec", "obstore"):  # obstore reads presigned URLs by HTTP
+                        result = run_epochs(iterator(via_proxy, lakefs_urls, loader),
+                                            timed_getitem, n, repeats, proxy=api,
+                                            store_proxy=store)  # fmt: skip
+                        self.record(f"remote_keras {loader}, lakefs presigned +{delay} ms",
+                                    "lakefs", result, delay_ms=delay, path="presigned",
+                                    loader=loader)  # fmt: skip
+            if delay in s3_proxies:
+                proxy = s3_proxies[delay]
+                for loader in ("fsspec", "obstore"):
+                    result = run_epochs(iterator(self._options(s3, proxy), s3_urls, loader),
+                                        timed_getitem, n, repeats, proxy=proxy)  # fmt: skip
+                    self.record(f"remote_keras {loader}, lakefs files from s3 +{delay} ms",
+                                "lakefs", result, delay_ms=delay, path="s3",
+                                loader=loader)  # fmt: skip
+        store_server.close()
 
     def _naive(self, s3, proxy, urls):
         """What users hand-patch into Keras today: one blocking fs.open().read() per image."""
@@ -501,11 +562,11 @@ def probe(spec: dict) -> None:
 
 
 def table(results: dict) -> str:
-    base = results["stock Keras, local disk"]["images_per_s"]
+    base = results.get("stock Keras, local disk", {}).get("images_per_s")
     lines = [
-        "| scenario | images/s | vs stock | GET/img | HEAD/img | LIST at start | CPU ms/img "
-        "| wait p50 ms | wait p99 ms | first batch s | RSS growth MB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| scenario | images/s | vs stock | GET/img | HEAD/img | store req/img | LIST at start "
+        "| CPU ms/img | wait p50 ms | wait p99 ms | first batch s | RSS growth MB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in results.items():
         if name.startswith("startup:"):
@@ -517,10 +578,13 @@ def table(results: dict) -> str:
             return format(value, spec) if isinstance(value, (int, float)) else "-"
 
         proxied = "requests_per_image" in r and "delay_ms" in r
+        store = r.get("store_requests_per_image")
         lines.append(
-            f"| {name} | {r['images_per_s']:.0f} | {r['images_per_s'] / base:.2f}x "
+            f"| {name} | {r['images_per_s']:.0f} "
+            f"| {fmt(r['images_per_s'] / base if base else None, '.2f')}x "
             f"| {fmt(req.get('GET', 0) if proxied else None, '.2f')} "
             f"| {fmt(req.get('HEAD', 0) if proxied else None, '.2f')} "
+            f"| {fmt(sum(store.values()) if store is not None else None, '.2f')} "
             f"| {fmt(start.get('LIST', 0) if proxied else None, 'd')} "
             f"| {fmt(r.get('cpu_ms_per_image'), '.2f')} | {fmt(r.get('wait_p50_ms'))} "
             f"| {fmt(r.get('wait_p99_ms'))} | {fmt(r.get('first_batch_s'), '.2f')} "
@@ -541,10 +605,31 @@ def table(results: dict) -> str:
 def targets(results: dict) -> list[str]:
     """The issue's targets, each with the measured ratio and whether it is met."""
     rate = {k: v["images_per_s"] for k, v in results.items() if "images_per_s" in v}
+    lines = []
+    for delay in (0, 20):
+        server = rate.get(f"remote_keras, lakefs server path +{delay} ms")
+        for loader in ("fsspec", "obstore"):
+            presigned = results.get(f"remote_keras {loader}, lakefs presigned +{delay} ms")
+            direct = rate.get(f"remote_keras {loader}, lakefs files from s3 +{delay} ms")
+            if presigned and direct:
+                at_lakefs = sum(presigned["requests_per_image"].values())
+                at_store = sum((presigned.get("store_requests_per_image") or {}).values())
+                lines.append(
+                    f"{loader} lakefs presigned +{delay} ms vs the same files from s3: "
+                    f"{presigned['images_per_s'] / direct:.2f}x (target >= 0.9x at +20 ms); "
+                    f"per image {at_lakefs:.3f} requests at lakeFS (target 0), "
+                    f"{at_store:.2f} at the store (target 1)"
+                )
+            if presigned and server:
+                lines.append(
+                    f"{loader} lakefs presigned +{delay} ms vs the fsspec server path: "
+                    f"{presigned['images_per_s'] / server:.2f}x"
+                )
+    if "stock Keras, local disk" not in rate:
+        return lines
     stock = rate["stock Keras, local disk"]
     tfdata = rate["tf.data image_dataset_from_directory, local"]
     naive = next(v for k, v in rate.items() if k.startswith("naive"))
-    lines = []
     for loader in ("fsspec", "obstore"):
         at20 = rate.get(f"remote_keras {loader}, s3 +20 ms")
         at100 = rate.get(f"remote_keras {loader}, s3 +100 ms")
@@ -578,8 +663,9 @@ def plot(results: dict, path: Path) -> None:
         )  # fmt: skip
         if points:
             right.plot(*zip(*points), marker="o", label=f"remote_keras {loader}")
-    right.axhline(results["stock Keras, local disk"]["images_per_s"], color="gray", ls="--",
-                  label="stock Keras, local disk")  # fmt: skip
+    if "stock Keras, local disk" in results:
+        right.axhline(results["stock Keras, local disk"]["images_per_s"], color="gray", ls="--",
+                      label="stock Keras, local disk")  # fmt: skip
     right.set_xlabel("added latency per request (ms)")
     right.set_ylabel("images/s")
     right.set_title("Through S3 by latency")
@@ -601,6 +687,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument(
         "--no-lakefs", dest="lakefs", action="store_false", help="skip the lakeFS scenarios"
+    )
+    parser.add_argument(
+        "--only-lakefs", action="store_true", help="run only the lakeFS scenarios (and S3 direct)"
     )
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -25,7 +25,9 @@ if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "y
 # The public names load on first use (PEP 562), so that `import remote_keras.testing...`
 # (the local test servers) imports neither Keras nor TensorFlow.
 _MODULES = {
+    "BackupAndRestore": "remote_keras.resume",
     "DataFrameIterator": "remote_keras.iterators",
+    "DataVersionCallback": "remote_keras.records",
     "DirectoryIterator": "remote_keras.iterators",
     "EpochInputReport": "remote_keras.callbacks",
     "FsspecLoader": "remote_keras.loaders",
@@ -41,6 +43,11 @@ _MODULES = {
     "RetryPolicy": "remote_keras.retry",
     "Shard": "remote_keras.sharding",
     "decode_image": "remote_keras.loaders",
+    "pin_url": "remote_keras.records",
+    "pinned_urls": "remote_keras.records",
+    "read_lakefs_ref": "remote_keras.records",
+    "read_table": "remote_keras.records",
+    "write_data_version": "remote_keras.records",
 }
 
 if TYPE_CHECKING:
@@ -51,6 +58,15 @@ if TYPE_CHECKING:
     from remote_keras.generator import ImageDataGenerator
     from remote_keras.iterators import DataFrameIterator, DirectoryIterator
     from remote_keras.loaders import FsspecLoader, ObstoreLoader, decode_image
+    from remote_keras.records import (
+        DataVersionCallback,
+        pin_url,
+        pinned_urls,
+        read_lakefs_ref,
+        read_table,
+        write_data_version,
+    )
+    from remote_keras.resume import BackupAndRestore
     from remote_keras.retry import RetryPolicy
     from remote_keras.sharding import Shard
     from remote_keras.stats import LoaderStats
@@ -61,7 +77,9 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
 __all__ = [
+    "BackupAndRestore",
     "DataFrameIterator",
+    "DataVersionCallback",
     "DirectoryIterator",
     "EpochInputReport",
     "FsspecLoader",
@@ -77,6 +95,11 @@ __all__ = [
     "RetryPolicy",
     "Shard",
     "decode_image",
+    "pin_url",
+    "pinned_urls",
+    "read_lakefs_ref",
+    "read_table",
+    "write_data_version",
 ]
 
 

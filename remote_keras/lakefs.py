@@ -4,7 +4,9 @@ An iterator built from `lakefs://repo/<branch or tag>/...` resolves each
 `(repository, ref)` once, at construction, to its commit id and reads every
 file at that commit, so commits and staged (uncommitted) writes made during
 training never leak into it. `iterator.lakefs_pins` lists the pins, and
-`DataVersionCallback` writes them next to a model's checkpoints.
+`remote_keras.records.DataVersionCallback` writes them next to a model's
+checkpoints. When the server presigns, objects are read straight from its
+object store (`remote_keras.presign`).
 
 Configuration is lakeFS's own: `storage_options` (`host`, `username`,
 `password`, ...), else the `LAKECTL_*` environment variables, else
@@ -20,11 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import threading
 from typing import Any
-
-import keras
 
 from remote_keras import errors, storage
 
@@ -165,22 +164,7 @@ def list_page(
         `(object paths, common prefixes, next_offset)`, `next_offset` being
         `None` on the last page.
     """
-    api = fs.client.sdk_client.objects_api
-    if getattr(api.api_client, "_remote_keras_pool", 0) < POOL_CONNECTIONS:
-        size_pool(fs.client)
-    response = api.list_objects_with_http_info(
-        repository,
-        ref,
-        user_metadata=False,
-        presign=False,
-        after=after or None,
-        amount=amount,
-        delimiter=delimiter,
-        prefix=prefix,
-        _preload_content=False,
-        _request_timeout=REQUEST_TIMEOUT_S,
-    )
-    document = json.loads(response.raw_data)
+    document = _list_document(fs, repository, ref, prefix, after, delimiter, amount, False)
     paths: list[str] = []
     prefixes: list[str] = []
     for entry in document.get("results") or ():
@@ -188,6 +172,81 @@ def list_page(
     pagination = document.get("pagination") or {}
     more = pagination.get("has_more") and pagination.get("next_offset")
     return paths, prefixes, (str(pagination["next_offset"]) if more else None)
+
+
+def _list_document(
+    fs: Any,
+    repository: str,
+    ref: str,
+    prefix: str,
+    after: str,
+    delimiter: str,
+    amount: int,
+    presign: bool,
+) -> dict[str, Any]:
+    """One page of `objects/ls` as its raw JSON document."""
+    api = fs.client.sdk_client.objects_api
+    if getattr(api.api_client, "_remote_keras_pool", 0) < POOL_CONNECTIONS:
+        size_pool(fs.client)
+    response = api.list_objects_with_http_info(
+        repository,
+        ref,
+        user_metadata=False,
+        presign=presign,
+        after=after or None,
+        amount=amount,
+        delimiter=delimiter,
+        prefix=prefix,
+        _preload_content=False,
+        _request_timeout=REQUEST_TIMEOUT_S,
+    )
+    return json.loads(response.raw_data)
+
+
+def list_presigned(
+    fs: Any, repository: str, ref: str, prefix: str
+) -> dict[str, tuple[str, float | None]]:
+    """Lists the objects directly in the folder `prefix` with presigned addresses.
+
+    Pages of `LIST_AMOUNT`, `presign=true`, `delimiter="/"`: sub-folders are
+    not descended into.
+
+    Args:
+        fs: A `lakefs_spec.LakeFSFileSystem`.
+        repository: Repository name.
+        ref: Ref to list (the pinned commit).
+        prefix: The folder, ending with `/` (or `""` for the root).
+
+    Returns:
+        `{path: (physical_address, physical_address_expiry or None)}`; the
+        address is whatever the server returned (an HTTP(S) URL when it presigns).
+    """
+    found: dict[str, tuple[str, float | None]] = {}
+    after = ""
+    while True:
+        document = _list_document(fs, repository, ref, prefix, after, "/", LIST_AMOUNT, True)
+        for entry in document.get("results") or ():
+            if entry.get("path_type") != "common_prefix":
+                expiry = entry.get("physical_address_expiry")
+                found[entry["path"]] = (entry.get("physical_address") or "", expiry)
+        pagination = document.get("pagination") or {}
+        if not (pagination.get("has_more") and pagination.get("next_offset")):
+            return found
+        after = str(pagination["next_offset"])
+
+
+def presign_supported(fs: Any) -> bool:
+    """Whether the lakeFS server of `fs` reports `pre_sign_support` (one `GET /config`).
+
+    Asks the server itself: the `lakefs` package keeps storage configs in one
+    dict shared by all its clients, so a client of another server could answer.
+
+    Args:
+        fs: A `lakefs_spec.LakeFSFileSystem`.
+    """
+    config = fs.client.sdk_client.config_api.get_config(_request_timeout=REQUEST_TIMEOUT_S)
+    storage = config.storage_config
+    return bool(storage is not None and storage.pre_sign_support)
 
 
 def size_pool(client: Any, connections: int = POOL_CONNECTIONS) -> None:
@@ -217,58 +276,10 @@ def size_pool(client: Any, connections: int = POOL_CONNECTIONS) -> None:
         api_client._remote_keras_pool = connections
 
 
-class DataVersionCallback(keras.callbacks.Callback):
-    """Writes the lakeFS commits an iterator reads to a JSON file when training starts.
+def __getattr__(name: str) -> Any:
+    """`DataVersionCallback` and `write_data_version` live in `remote_keras.records` now."""
+    if name in ("DataVersionCallback", "write_data_version"):
+        from remote_keras import records
 
-    Put the file next to the model's checkpoints so a run can be reproduced:
-    the commit ids name exactly the data the model saw.
-
-    Args:
-        iterators: One iterator or a list (e.g. training and validation).
-        filepath: Where to write, e.g. `"checkpoints/data_version.json"`.
-            Folders are created; URLs are written through fsspec.
-
-    Example:
-
-    ```python
-    train = gen.flow_from_directory("lakefs://images/main/train")
-    model.fit(train, callbacks=[
-        keras.callbacks.ModelCheckpoint("ckpt/model.keras"),
-        DataVersionCallback(train, "ckpt/data_version.json"),
-    ])
-    ```
-    """
-
-    def __init__(self, iterators: Any, filepath: str | os.PathLike) -> None:
-        super().__init__()
-        self.iterators = iterators if isinstance(iterators, (list, tuple)) else [iterators]
-        self.filepath = os.fspath(filepath)
-
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        write_data_version(self.iterators, self.filepath)
-
-
-def write_data_version(iterators: Any, filepath: str | os.PathLike) -> dict:
-    """Writes the lakeFS pins of `iterators` to `filepath` as JSON and returns the record.
-
-    Args:
-        iterators: One iterator or a list.
-        filepath: Local path or URL of the JSON file.
-
-    Returns:
-        `{"data": [{"endpoint", "repository", "ref", "commit_id", "role"}, ...]}`.
-    """
-    iterators = iterators if isinstance(iterators, (list, tuple)) else [iterators]
-    record = {
-        "data": [
-            dict(dataclasses.asdict(pin), role=getattr(it, "subset", None) or "all")
-            for it in iterators
-            for pin in getattr(it, "lakefs_pins", [])
-        ]
-    }
-    path = os.fspath(filepath)
-    if not storage.is_url(path) and os.path.dirname(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    data = json.dumps(record, indent=2).encode()
-    storage.write_bytes(path, data, storage.FileSystems())
-    return record
+        return getattr(records, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

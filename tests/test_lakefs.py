@@ -167,6 +167,8 @@ def test_one_request_per_image(target, repo):
         for i in range(len(it)):
             it[i]
         counts = server.reset()
+    # The loader asks once whether the server presigns (it does not: one GET per image).
+    assert counts.pop("GET /api/v1/config") == 1, counts
     object_gets = {k: v for k, v in counts.items() if "/objects" in k}
     assert sum(counts.values()) == it.samples, counts
     assert list(object_gets.values()) == [it.samples], counts

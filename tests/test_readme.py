@@ -15,8 +15,9 @@ What the blocks read:
   `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_ENDPOINT_URL` (AWS config files and the
   instance-metadata service are turned off, so nothing else is consulted).
 - lakeFS: the stand-in (`remote_keras.testing.LakeFSServer`) with a repository `images` whose
-  `main` holds `train/`, committed, configured only through `LAKECTL_SERVER_ENDPOINT_URL`,
-  `LAKECTL_CREDENTIALS_ACCESS_KEY_ID` and `LAKECTL_CREDENTIALS_SECRET_ACCESS_KEY`.
+  `main` holds `train/` and `labels.csv` (paths relative to `train/`), committed, configured
+  only through `LAKECTL_SERVER_ENDPOINT_URL`, `LAKECTL_CREDENTIALS_ACCESS_KEY_ID` and
+  `LAKECTL_CREDENTIALS_SECRET_ACCESS_KEY`.
 - The custom loader's store: the folder `my-store/` (holding `images/`) of the working directory.
 
 All hold the same tiny class-folder tree (`tests.conftest.write_tree`, 3 classes of 4 images of
@@ -254,12 +255,13 @@ def run_in_own_process(blocks: list[Block], env: dict[str, str]) -> None:
     assert done.returncode == 0, f"{[b.id for b in blocks]} under {env}:\n{done.stderr[-4000:]}"
 
 
-def _put_tree_in_lakefs(server: LakeFSServer, tree: Path, repository: str) -> None:
+def _put_tree_in_lakefs(server: LakeFSServer, tree: Path, repository: str, labels: bytes) -> None:
     client = Client(**server.storage_options)
     lakefs.Repository(repository, client=client).create(storage_namespace=f"local://{repository}")
     fs = LakeFSFileSystem(**server.storage_options)
     for path in sorted(p for p in tree.rglob("*") if p.is_file()):
         fs.put_file(str(path), f"lakefs://{repository}/main/train/{path.relative_to(tree)}")
+    fs.pipe(f"lakefs://{repository}/main/labels.csv", labels)
     lakefs.Branch(repository, "main", client=client).commit("images")
 
 
@@ -282,7 +284,8 @@ def session(tmp_path_factory):
         LakeFSServer() as lakefs_server,
         pytest.MonkeyPatch.context() as mp,
     ):
-        _put_tree_in_lakefs(lakefs_server, tree, "images")
+        labels = df[["filename", "class"]].to_csv(index=False).encode()
+        _put_tree_in_lakefs(lakefs_server, tree, "images", labels)
         for name in list(os.environ):
             if name.startswith(("AWS_", "LAKECTL_")):
                 mp.delenv(name)

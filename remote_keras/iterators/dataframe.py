@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 from keras.src.legacy.preprocessing import image as keras_image
 from typing_extensions import Unpack
 
-from remote_keras import listing, storage
+from remote_keras import errors, listing, records, storage
 from remote_keras.iterators.base import RemoteBatchMixin
 from remote_keras.options import LoaderOptions, LoaderOverrides
 
@@ -20,10 +22,19 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
     `directory` may be a URL prefix (`"s3://bucket/images"`) and `x_col` may
     hold full URLs.
 
+    `dataframe` may also be the path or URL of a CSV or Parquet table
+    (`"lakefs://repo/main/labels.csv"`): it is read once, here, and a
+    `lakefs://` table at the commit its ref resolves to, the same pin the
+    images of that ref are read at, so a staged or later change of the
+    table changes nothing. `table_url` is the URL read (pinned), and
+    `write_data_version` records it with the images.
+
     Args:
         options: A `LoaderOptions` to start from; keyword arguments named
             like its fields override it.
     """
+
+    table_url: str | None = None
 
     def __init__(
         self,
@@ -54,6 +65,8 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
         **overrides: Unpack[LoaderOverrides],
     ):
         self._init_remote(options, overrides)
+        if isinstance(dataframe, (str, os.PathLike)):
+            dataframe = self._read_table(os.fspath(dataframe))
         listing.check_path_column(dataframe, x_col)
         super().__init__(
             dataframe,
@@ -80,6 +93,16 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
             validate_filenames=validate_filenames,
         )
         self._finish_init()
+
+    def _read_table(self, url: str):
+        """Reads the table at `url`, a `lakefs://` one at its ref's pinned commit."""
+        self.table_url = self._pinner.pin(url)
+        self._ensure_process()
+        with errors.reading(self.table_url):
+            data = self._fetcher.fetch([self.table_url], self._pools.get("fetch"))[0]
+        if isinstance(data, BaseException):
+            raise data
+        return records.read_table_bytes(self.table_url, bytes(data))
 
     def _filter_valid_filepaths(self, df, x_col):
         """Keeps rows whose file exists, listing remote prefixes instead of one request per row."""

@@ -7,6 +7,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from remote_keras import errors, lakefs, storage
+from remote_keras.presign import PresignedReader, presign_mode
 
 
 class FsspecLoader:
@@ -14,15 +15,21 @@ class FsspecLoader:
 
     Each object is read with a single GET: s3fs is configured not to send
     a HEAD first (`storage.PROTOCOL_DEFAULTS`), and `lakefs://` objects are
-    fetched with one API call instead of lakefs-spec's three.
+    fetched with one API call instead of lakefs-spec's three, or, when the
+    lakeFS server presigns, straight from its object store with one GET
+    (`remote_keras.presign`).
 
     Args:
         storage_options: Passed to fsspec for every URL (credentials,
             `endpoint_url`, ...). Never shown in reprs or errors.
+            `"pre_sign"` (`None`, `True` or `False`) is remote_keras's own:
+            whether `lakefs://` reads use presigned URLs (see
+            `remote_keras.presign`).
     """
 
     def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
         self.filesystems = storage.FileSystems(storage_options)
+        self.presigned = PresignedReader(presign_mode(storage_options))
 
     def __repr__(self) -> str:
         return "FsspecLoader()"
@@ -39,7 +46,8 @@ class FsspecLoader:
                     return f.read()
             fs, inner = self.filesystems.resolve(path)
             if lakefs.is_lakefs(path):
-                return lakefs.get_object(fs, path)
+                data = self.presigned.read(fs, path)
+                return lakefs.get_object(fs, path) if data is None else data
             return fs.cat_file(inner)
 
     def load_many(

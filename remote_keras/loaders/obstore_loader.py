@@ -20,7 +20,9 @@ class ObstoreLoader:
     every core busy. Each call blocks one of the iterator's fetch threads
     with the GIL released; `max_in_flight` bounds them. Other URLs and local
     paths fall back to `FsspecLoader`; listing and validation still use
-    fsspec. Requires `pip install obstore`.
+    fsspec. `lakefs://` URLs read presigned addresses with one HTTP GET
+    each when the server presigns (`remote_keras.presign`). Requires
+    `pip install obstore`.
 
     For S3 it accepts the same option styles as the fsspec (s3fs) loader,
     explicit options always winning over the environment:
@@ -53,14 +55,16 @@ class ObstoreLoader:
 
     Args:
         storage_options: The same fsspec-style options as for s3fs / gcsfs /
-            adlfs; see above for S3. For GCS and Azure they are passed to
-            obstore as configuration.
+            adlfs; see above for S3. For GCS, gcsfs's `endpoint_url` (else
+            `STORAGE_EMULATOR_HOST`) and `token`; for Azure, adlfs's
+            `connection_string`, `account_host`, `sas_token` and `anon`. Other
+            keys go to obstore's configuration as they are.
     """
 
     PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
 
     def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = storage.without_own_options(storage_options)
         self._fallback = FsspecLoader(storage_options)
         self._stores: dict[tuple[int, str, str], Any] = {}
 
@@ -68,10 +72,11 @@ class ObstoreLoader:
         return "ObstoreLoader()"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"storage_options": self.storage_options}
+        return {"storage_options": self.storage_options, "fallback": self._fallback}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         ObstoreLoader.__init__(self, state["storage_options"])
+        self._fallback = state["fallback"]
 
     def __call__(self, path: str) -> bytes:
         """Reads all bytes of `path`.

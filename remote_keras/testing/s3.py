@@ -40,6 +40,8 @@ class S3Server(LocalServer):
             `close()`, or on leaving a `with` block) when `None`.
         buckets: Buckets to create at start.
         port: Port to listen on; `0` picks a free one at the first `start()`.
+        auth: Require the access key; `False` serves anyone (rclone then accepts any
+            request, presigned or not, without checking its signature).
 
     Example:
 
@@ -55,8 +57,10 @@ class S3Server(LocalServer):
         buckets: tuple[str, ...] = (),
         *,
         port: int = 0,
+        auth: bool = True,
     ) -> None:
         super().__init__(port)
+        self.auth = auth
         self.root = self._data_folder(root, "s3root-")
         self.buckets = tuple(buckets)
         self.access_key = "remote-keras-test"
@@ -89,7 +93,7 @@ class S3Server(LocalServer):
         command = [
             rclone_binary(), "serve", "s3", str(self.root),
             "--addr", f"127.0.0.1:{self.port}",
-            "--auth-key", f"{self.access_key},{self.secret_key}",
+            *(["--auth-key", f"{self.access_key},{self.secret_key}"] if self.auth else []),
             "--config", "/dev/null",  # never read a user's rclone.conf
         ]  # fmt: skip
         process = self._process = subprocess.Popen(

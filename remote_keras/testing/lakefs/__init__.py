@@ -12,7 +12,7 @@ process.
 Modules: `model` (repositories, commits, trees, staging, paging), `refs` (the commit
 graph), `store` (SQLite persistence), `state` (shared operations), `handlers` (the REST
 handlers, each declaring its routes), `transport` (routing and HTTP), `server`
-(`LakeFSServer`, `lakefs_target`).
+(`LakeFSServer`, `LakeFSDataServer`, `lakefs_target`).
 
 `lakefs_target()` picks where lakeFS tests run: a real lakeFS when
 `REMOTE_KERAS_LAKEFS_URL` (plus `REMOTE_KERAS_LAKEFS_ACCESS_KEY_ID` and
@@ -24,6 +24,7 @@ from remote_keras.testing.lakefs.server import (
     ENV_ACCESS_KEY_ID,
     ENV_SECRET_ACCESS_KEY,
     ENV_URL,
+    LakeFSDataServer,
     LakeFSServer,
     LakeFSTarget,
     lakefs_target,
@@ -35,6 +36,7 @@ __all__ = [
     "ENV_SECRET_ACCESS_KEY",
     "ENV_URL",
     "ApiError",
+    "LakeFSDataServer",
     "LakeFSServer",
     "LakeFSTarget",
     "lakefs_target",

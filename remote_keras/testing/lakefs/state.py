@@ -57,6 +57,11 @@ class State:
         self.secret = secret
         self.presign = presign
         self.endpoint_url = endpoint_url
+        # Where presigned URLs point (a separate data server), and how long they last.
+        self.presign_base = ""
+        self.presign_expiry_s: float = PRESIGN_EXPIRY_S
+        self.presign_skew_s = 0.0  # presigned URLs stop working this long before their expiry
+        self.presign_s3_url = ""  # an S3 server (no auth) serving `root`: URLs point there
         self.lock = threading.RLock()
         self.store = Store(root / METADATA_FILE)
         snapshot = self.store.load()
@@ -226,9 +231,16 @@ class State:
         return uuid.uuid4().hex
 
     def presigned_url(self, blob: str) -> tuple[str, int]:
-        expires = int(time.time()) + PRESIGN_EXPIRY_S
-        query = urlencode({"expires": expires, "signature": self.signature(blob, str(expires))})
-        return f"{self.endpoint_url}{PRESIGNED_PREFIX}{blob}?{query}", expires
+        """A signed URL of `blob` on the data server (else this one) and its expiry (Unix s)."""
+        expires = int(time.time() + self.presign_expiry_s)
+        signature = self.signature(blob, str(expires))
+        if self.presign_s3_url:  # S3-style, as a lakeFS on S3 hands out; the store checks it
+            lifetime = max(1, int(self.presign_expiry_s))
+            query = urlencode({"X-Amz-Expires": lifetime, "X-Amz-Signature": signature})
+            return f"{self.presign_s3_url}/{self.blobs.name}/{blob}?{query}", expires
+        query = urlencode({"expires": expires, "signature": signature})
+        base = self.presign_base or self.endpoint_url
+        return f"{base}{PRESIGNED_PREFIX}{blob}?{query}", expires
 
     def signature(self, blob: str, expires: str) -> str:
         return hmac.new(self.secret.encode(), f"{blob}:{expires}".encode(), "sha256").hexdigest()

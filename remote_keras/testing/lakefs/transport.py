@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from remote_keras.testing.base import TrackingHTTPServer
@@ -29,12 +29,21 @@ from remote_keras.testing.lakefs.model import DEFAULT_PER_PAGE, MAX_PER_PAGE, Ap
 from remote_keras.testing.lakefs.store import StoreClosed
 
 if TYPE_CHECKING:
-    from remote_keras.testing.lakefs.server import LakeFSServer
     from remote_keras.testing.lakefs.state import State
 
 logger = logging.getLogger("remote_keras.testing.lakefs")
 
 API_PREFIX = "/api/v1"
+
+
+class Counting(Protocol):
+    """What a server's owner offers its handler: request counts and internal errors."""
+
+    errors: list[str]
+
+    def count(self, key: str) -> None: ...
+
+
 _TRUE = {"1", "t", "true"}
 _FALSE = {"0", "f", "false"}
 
@@ -253,6 +262,8 @@ class Handler(BaseHTTPRequestHandler):
         owner, state = self.server.owner, self.server.state
         parts = urlsplit(self.path)
         key, found, params = match(self.command, parts.path)
+        if found is not None and not parts.path.startswith(self.server.only_prefix):
+            found = None  # a data server answers its own routes only
         owner.count(key)  # count before answering: the client moves on right after
         try:
             body = self._read_body()
@@ -303,8 +314,13 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class HTTPServer(TrackingHTTPServer):
-    """The stand-in's HTTP server: `owner` counts requests, `state` answers them."""
+    """The stand-in's HTTP server: `owner` counts requests, `state` answers them.
 
-    def __init__(self, address: tuple[str, int], owner: LakeFSServer, state: State) -> None:
-        self.owner, self.state = owner, state
+    `only_prefix` limits it to the routes under that path (the data server's).
+    """
+
+    def __init__(
+        self, address: tuple[str, int], owner: Counting, state: State, only_prefix: str = ""
+    ) -> None:
+        self.owner, self.state, self.only_prefix = owner, state, only_prefix
         super().__init__(address, Handler)

@@ -80,7 +80,7 @@ def presigned_blob(state: State, req: Request) -> Response:
         raise ApiError(403, "invalid signature")
     if not expires.isdigit():
         raise ApiError(403, "invalid signature")
-    if int(expires) < time.time():
+    if int(expires) - state.presign_skew_s <= time.time():
         raise ApiError(403, "presigned URL expired")
     if req.method == "PUT":
         with state.lock:
