@@ -339,3 +339,34 @@ def test_sigkill_then_resume_under_jax(image_dir, tmp_path):
     restart = len(reference) // 3 + 4  # the backup after step 4 of epoch 2 (a backup every 3)
     assert crashed[:restart] == reference[:restart]
     assert resumed == reference[restart:]
+
+
+def test_the_validation_iterator_resumes_too(image_dir, tmp_path):
+    """A shuffled, augmented validation iterator reads each epoch's own order after a resume."""
+    local, df = image_dir
+
+    def fit(backup=None, interrupt=None):
+        keras.utils.set_random_seed(3)
+        model = Recorder()
+        model.compile(keras.optimizers.Adam(1e-3), "mse", run_eagerly=True)
+        train, validation = _iterator(local, df), _iterator(local, df.iloc[::2])
+        callbacks: list = []
+        if backup:
+            callbacks.append(rk.BackupAndRestore(backup, save_freq=2))  # finds both
+        if interrupt:
+            callbacks.append(StopAt(*interrupt, _interrupt))
+        try:
+            history = model.fit(train, validation_data=validation, epochs=3, verbose=0,
+                                callbacks=callbacks)  # fmt: skip
+        except KeyboardInterrupt:
+            return None
+        finally:
+            train.close()
+            validation.close()
+        return history.history["val_loss"]
+
+    reference = fit()
+    backup = str(tmp_path / "validation")
+    assert fit(backup, (1, 5)) is None
+    resumed = fit(backup)
+    assert resumed == reference[1:]  # epochs 2 and 3: same weights, same validation batches
