@@ -137,11 +137,12 @@ def _difference(now: LoaderStats, before: LoaderStats, elapsed_s: float) -> Load
     counts = {
         field.name: getattr(now, field.name) - getattr(before, field.name)
         for field in dataclasses.fields(LoaderStats)
-        if field.name not in ("elapsed_s", "images_per_s", "load_images_per_s")
+        if field.name not in ("elapsed_s", "images_per_s", "load_images_per_s", "loader")
     }
     images, load_s = counts["images"], counts["load_s"]
     return LoaderStats(
         **counts,
+        loader=now.loader,
         elapsed_s=elapsed_s,
         images_per_s=images / elapsed_s if elapsed_s else 0.0,
         load_images_per_s=images / load_s if load_s else 0.0,

@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
-from remote_keras.loaders import LOADERS, Loader
+from remote_keras.loaders import LOADER_NAMES, Loader
 from remote_keras.retry import RetryPolicy, as_policy
 
 OnError = Literal["raise", "skip"]
@@ -31,8 +31,12 @@ class LoaderOptions:
 
     Args:
         loader: Callable `path -> bytes | file-like | PIL.Image | ndarray`
-            that does all reading, or `"fsspec"` (`FsspecLoader`, the
-            default) or `"obstore"` (`ObstoreLoader`, faster on S3/GCS/Azure).
+            that does all reading, or a name: `"auto"` (the default:
+            `"obstore"` for `s3://`, `gs://` and `az://` when obstore is
+            installed and can express the storage options and environment,
+            else `"fsspec"`; `iterator.loader_choice` says which and why),
+            `"fsspec"` (`FsspecLoader`) or `"obstore"` (`ObstoreLoader`,
+            faster on S3/GCS/Azure).
         storage_options: Passed to fsspec (credentials, `endpoint_url`, ...);
             never shown in reprs or errors. `None`: none.
         workers: Threads (or processes) Keras's `fit` uses to request
@@ -80,7 +84,7 @@ class LoaderOptions:
             `False` turns the disk listing cache off, for lakeFS too.
     """
 
-    loader: Loader | str = "fsspec"
+    loader: Loader | str = "auto"
     storage_options: Mapping[str, Any] | None = None
     workers: int = 4
     use_multiprocessing: bool = False
@@ -185,10 +189,10 @@ def _check(options: LoaderOptions) -> None:
             integer options).
     """
     loader = options.loader
-    if not callable(loader) and not (isinstance(loader, str) and loader in LOADERS):
+    if not callable(loader) and not (isinstance(loader, str) and loader in LOADER_NAMES):
         raise TypeError(
             "`loader` must be a callable taking a path and returning bytes, a file-like "
-            f"object, a PIL image or a numpy array, or one of {sorted(LOADERS)}. "
+            f"object, a PIL image or a numpy array, or one of {sorted(LOADER_NAMES)}. "
             f"Received: loader={loader!r}"
         )
     if options.storage_options is not None and not isinstance(options.storage_options, Mapping):

@@ -40,6 +40,8 @@ class LoaderStats:
             consumed images, not what the pipeline can deliver.
         load_images_per_s: `images / load_s`: what the pipeline delivers
             while it works, whatever the caller does between batches.
+        loader: Which loader reads (`"obstore for s3://"`, `"fsspec: <why>"`
+            with `loader="auto"`, the name given, or `"given"` for a callable).
     """
 
     batches: int = 0
@@ -56,6 +58,7 @@ class LoaderStats:
     elapsed_s: float = 0.0
     images_per_s: float = 0.0
     load_images_per_s: float = 0.0
+    loader: str = ""
 
 
 class StatsRecorder:

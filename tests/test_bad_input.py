@@ -98,7 +98,7 @@ def test_bad_arguments_are_rejected_by_flow_calls(image_dir):
 
 def test_reprs_name_the_loader_in_use(image_dir):
     directory, df = image_dir
-    assert repr(rk.ImageDataGenerator()) == "<ImageDataGenerator loader='fsspec'>"
+    assert repr(rk.ImageDataGenerator()) == "<ImageDataGenerator loader='auto'>"
     assert repr(rk.ImageDataGenerator(loader="obstore")) == "<ImageDataGenerator loader='obstore'>"
     with rk.ImageDataGenerator().flow_from_dataframe(df, directory) as it:
         assert "loader=FsspecLoader()" in repr(it)

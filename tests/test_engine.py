@@ -69,7 +69,7 @@ def test_obstore_loader_falls_back_to_fsspec_for_other_urls(image_dir):
 
 
 def test_unknown_loader_name_is_rejected():
-    with pytest.raises(TypeError, match=r"one of \['fsspec', 'obstore'\]"):
+    with pytest.raises(TypeError, match=r"one of \['auto', 'fsspec', 'obstore'\]"):
         rk.DataFrameIterator(pd.DataFrame({"filename": [], "class": []}), loader="fast")
 
 

@@ -39,7 +39,8 @@ def test_demo_runs_and_reports_both_rates():
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "stock Keras, local disk" in result.stdout
-    assert "remote_keras fsspec , s3://" in result.stdout
-    assert "remote_keras obstore, s3://" in result.stdout
+    assert "remote_keras default        , s3://" in result.stdout
+    assert "x stock; obstore for s3://)" in result.stdout  # what the default chose
+    assert 'remote_keras loader="fsspec", s3://' in result.stdout
     assert "requests per image: 1.00 GET, 0.00 HEAD" in result.stdout
     assert "model.fit, 1 epoch from s3://" in result.stdout

@@ -28,7 +28,7 @@ from remote_keras.cache import DiskCache
 from remote_keras.epochs import BatchPlan, EpochPlanner
 from remote_keras.fetching import Fetcher
 from remote_keras.lakefs import LakeFSPin, Pinner
-from remote_keras.loaders import make_loader
+from remote_keras.loaders import choose_loader, make_loader
 from remote_keras.options import LoaderOptions, LoaderOverrides
 from remote_keras.prefetch import Prefetcher, WorkerPools
 from remote_keras.skips import SkipLog
@@ -56,7 +56,8 @@ class RemoteBatchMixin(keras_image.Iterator):
         self.shard = sharding.resolve(opts.num_shards, opts.shard_index, opts.shard_remainder)
         self._planner = EpochPlanner(self, self.shard)
         self.filesystems = storage.FileSystems(opts.storage_options)
-        self.loader = make_loader(opts.loader, opts.storage_options)
+        self.loader = make_loader(opts.loader, opts.storage_options)  # "auto": set in _finish_init
+        self.loader_choice = "given" if callable(opts.loader) else str(opts.loader)
         cache = opts.cache_dir
         self.cache = DiskCache(cache, opts.cache_max_bytes) if cache is not None else None
         self._stats = StatsRecorder()
@@ -88,6 +89,10 @@ class RemoteBatchMixin(keras_image.Iterator):
             )
         self._filepaths = [self._path_of(name) for name in self.filenames]
         self._known_paths = {}
+        if self.options.loader == "auto":
+            read = self._filepaths[0] if self._filepaths else str(self.directory or "")
+            self.loader, self.loader_choice = choose_loader(read, self.options.storage_options)
+            self._fetcher.loader = self.loader
         # Keras's iterators do not forward these to `PyDataset.__init__`.
         self.workers = self.options.workers
         self.use_multiprocessing = self.options.use_multiprocessing
@@ -157,7 +162,9 @@ class RemoteBatchMixin(keras_image.Iterator):
     @property
     def stats(self) -> LoaderStats:
         """Running statistics: images, bytes, requests, retries, cache hits, time waiting."""
-        return dataclasses.replace(self._stats.snapshot(), skipped=len(self.skipped))
+        return dataclasses.replace(
+            self._stats.snapshot(), skipped=len(self.skipped), loader=self.loader_choice
+        )
 
     @property
     def skipped(self) -> list[tuple[str, str]]:

@@ -13,17 +13,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from remote_keras.decoding import decode_image
+from remote_keras.loaders.auto import choose_loader
 from remote_keras.loaders.fsspec_loader import FsspecLoader
 from remote_keras.loaders.obstore_loader import ObstoreLoader
 from remote_keras.loaders.protocol import BatchLoader, Loader, LoaderOutput
 
 __all__ = [
     "LOADERS",
+    "LOADER_NAMES",
     "BatchLoader",
     "FsspecLoader",
     "Loader",
     "LoaderOutput",
     "ObstoreLoader",
+    "choose_loader",
     "decode_image",
     "make_loader",
 ]
@@ -32,15 +35,21 @@ LOADERS: dict[str, Callable[[Mapping[str, Any] | None], Loader]] = {
     "fsspec": FsspecLoader,
     "obstore": ObstoreLoader,
 }
+# Names `loader=` accepts: the loaders above, and "auto" (the default), which picks one per
+# iterator from what it reads (`choose_loader`).
+LOADER_NAMES = ("auto", *LOADERS)
 
 
 def make_loader(loader: Loader | str | None, storage_options: Mapping[str, Any] | None) -> Loader:
     """Returns `loader` itself, or builds the named one (`"fsspec"`, `"obstore"`).
 
+    `"auto"` builds the fsspec loader here; iterators then call
+    `choose_loader` once they know what they read.
+
     Raises:
         TypeError: `loader` is neither callable nor a known name.
     """
-    if loader is None:
+    if loader is None or loader == "auto":
         return FsspecLoader(storage_options)
     if isinstance(loader, str) and loader in LOADERS:
         return LOADERS[loader](storage_options)
@@ -48,5 +57,6 @@ def make_loader(loader: Loader | str | None, storage_options: Mapping[str, Any] 
         return loader
     raise TypeError(
         "`loader` must be a callable taking a path and returning bytes, a file-like object, "
-        f"a PIL image or a numpy array, or one of {sorted(LOADERS)}. Received: loader={loader!r}"
+        f"a PIL image or a numpy array, or one of {sorted(LOADER_NAMES)}. "
+        f"Received: loader={loader!r}"
     )

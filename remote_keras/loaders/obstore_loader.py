@@ -11,6 +11,18 @@ from remote_keras.loaders.fsspec_loader import FsspecLoader
 from remote_keras.loaders.obstore_config import open_store, translate_options
 from remote_keras.loaders.obstore_errors import one_line_error
 
+# The process whose obstore (tokio) runtime has started. Its threads do not survive `fork`: a
+# forked child (Keras's `use_multiprocessing=True` workers on Linux) that inherits a started
+# runtime would hang in its first read, so it reads through fsspec instead.
+_runtime_pid: int | None = None
+
+
+def _obstore_usable() -> bool:
+    global _runtime_pid
+    if _runtime_pid is None:
+        _runtime_pid = os.getpid()
+    return _runtime_pid == os.getpid()
+
 
 class ObstoreLoader:
     """A faster loader for `s3://`, `gs://` and `az://` URLs, through the Rust `obstore` client.
@@ -22,7 +34,10 @@ class ObstoreLoader:
     paths fall back to `FsspecLoader`; listing and validation still use
     fsspec. `lakefs://` URLs read presigned addresses with one HTTP GET
     each when the server presigns (`remote_keras.presign`). Requires
-    `pip install obstore`.
+    `pip install obstore`. obstore's runtime does not survive `fork`: in a
+    process forked after this one read through obstore (Keras's
+    `use_multiprocessing=True` workers on Linux), reads go through
+    `FsspecLoader`; spawned processes use obstore.
 
     For S3 it accepts the same option styles as the fsspec (s3fs) loader,
     explicit options always winning over the environment:
@@ -86,6 +101,8 @@ class ObstoreLoader:
             ImageLoadError: in one line naming `path`.
         """
         if storage.protocol_of(path) not in self.PROTOCOLS or "::" in path:
+            return self._fallback(path)
+        if not _obstore_usable():
             return self._fallback(path)
         import obstore
 
