@@ -109,6 +109,7 @@ def test_table_url_is_read_at_the_images_commit(target, client, repo, image_dir)
         assert it.samples == len(df)
 
 
+@pytest.mark.slow
 def test_record_written_during_fit_rebuilds_the_run(target, client, repo, tmp_path, monkeypatch):
     """Written to local disk and to lakefs:// with the iterator's credentials only."""
     import keras
