@@ -18,6 +18,7 @@ import os
 import random
 import sys
 import warnings
+import weakref
 from types import FrameType
 from typing import Any, cast
 
@@ -194,6 +195,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         super().__init__(backup_dir, save_freq, double_checkpoint, delete_checkpoint)
         self._iterators = {"train": train_iterator, "validation": validation_iterator}
         self._restored = False
+        self._val_restored = False
         self._fit_shuffle = True
         self._random_states: dict[int, tuple] = {}  # epoch -> Python `random` state of its order
         self._epoch_in_progress = 0
@@ -201,9 +203,13 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._set_random_at: int | None = None
         self._resumed_epoch: int | None = None  # an epoch resumed mid-way, shorter than others
         self._quiet: Any = None
+        self._unclaimed: dict[str, Any] | None = None
         saved = self._saved_state()
         if saved is not None and train_iterator is not None:
             self._restore(saved)
+        elif saved is not None and saved["train"] is not None:
+            self._unclaimed = saved
+            _waiting.add(self)  # the training iterator claims it at its first read
 
     # ---------------------------------------------------------------- Keras's hooks
 
@@ -227,6 +233,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         if saved is not None:
             if not self._restored:
                 self._restore(saved)
+            self._restore_validation(saved)  # found in fit's arguments after a claim
             train = self._iterators["train"]
             steps = arguments.get("epoch_iterator")
             if self._resumed_epoch is not None and train is not None and steps is not None:
@@ -331,20 +338,64 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         with file_utils.File(self._training_metadata_path, "r") as f:
             return json.loads(f.read()).get("remote_keras")
 
+    def _restore_validation(self, saved: dict[str, Any]) -> None:
+        validation = self._iterators["validation"]
+        if validation is not None and saved["validation"] is not None and not self._val_restored:
+            validation.load_state_dict(saved["validation"])
+            self._val_restored = True
+
+    def _claim(self, iterator: Any) -> bool:
+        """Restores into `iterator` if it reads what the backup's training iterator read."""
+        saved = self._unclaimed
+        if saved is None or self._restored:
+            return False
+        state = saved["train"]
+        if state.get("directory") != _directory(iterator) or state["seed"] != iterator.seed:
+            return False
+        if state["shard"] != [iterator.shard.index, iterator.shard.count]:
+            return False
+        self._unclaimed = None
+        _waiting.discard(self)
+        self._iterators["train"] = iterator
+        self._restore(saved)
+        return True
+
     def _restore(self, saved: dict[str, Any]) -> None:
         """Loads the saved iterator states; the interrupted epoch reads only what is left."""
         self._restored = True
         epoch, done = saved["epoch"], saved["batch"]
-        train, validation = self._iterators["train"], self._iterators["validation"]
+        train = self._iterators["train"]
         if train is not None and saved["train"] is not None:
             state = python_random_state(saved["python_random"])
             train.load_state_dict(saved["train"], state if saved["fit_shuffle"] else None)
-        if validation is not None and saved["validation"] is not None:
-            validation.load_state_dict(saved["validation"])
+        self._restore_validation(saved)
         self._epoch_in_progress, self._offset = epoch, done
         self._last_batch_seen = done - 1 if done else 0  # Keras counts batches from here
         self._set_random_at = epoch + 1 if done and saved["fit_shuffle"] else None
         self._resumed_epoch = epoch if done else None
+
+
+# Callbacks with a backup whose training iterator was not given: the first iterator to read
+# (Keras reads batches to learn their shapes before any callback runs) that reads the same
+# folder with the same seed and shard is restored before that read, so nothing is read twice.
+_waiting: weakref.WeakSet[BackupAndRestore] = weakref.WeakSet()
+
+
+def claim(iterator: Any) -> None:
+    """Restores a waiting backup's state into `iterator`, before its first read, if it matches.
+
+    Args:
+        iterator: A remote_keras iterator about to read its first batch.
+    """
+    for callback in list(_waiting):
+        if callback._claim(iterator):
+            return
+
+
+def _directory(iterator: Any) -> str:
+    from remote_keras import errors
+
+    return errors.redact(str(iterator.directory))
 
 
 def _is_iterator(value: Any) -> bool:

@@ -92,7 +92,7 @@ def main() -> None:
     model = RecordingModel(args.record, 8)
     model.compile(keras.optimizers.Adam(1e-3), "mse", run_eagerly=True)  # records in Python
     save_freq = args.save_freq if args.save_freq == "epoch" else int(args.save_freq)
-    callbacks: list = [rk.BackupAndRestore(args.backup, save_freq=save_freq, train_iterator=it)]
+    callbacks: list = [rk.BackupAndRestore(args.backup, save_freq=save_freq)]  # finds `it`
     if args.kill:
         epoch, batch = map(int, args.kill.split(":"))
         callbacks.append(StopAt(epoch, batch, sigkill))

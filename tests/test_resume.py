@@ -144,9 +144,13 @@ def _check_resume(make, tmp_path, interrupt=(1, 5), save_freq=2, **kwargs):
     saved = json.load(open(os.path.join(backup, "training_metadata.json")))["remote_keras"]
     restart = saved["epoch"] * per_epoch + saved["batch"]
     assert restart < len(first)  # the crash came after the last backup
-    second, resumed_weights, _ = _fit(make, backup, save_freq=save_freq, **kwargs)
+    second, resumed_weights, resumed = _fit(make, backup, save_freq=save_freq, **kwargs)
     assert first[:restart] == reference[:restart]
     assert second == reference[restart:]
+    if not resumed.use_multiprocessing:  # (worker processes count their own reads)
+        # Found in fit's arguments, the iterator was restored before its first read: even
+        # the batches Keras reads to learn their shapes are ones the resumed run trains on.
+        assert resumed.stats.images == sum(len(rows) for rows, _ in second)
     for a, b in zip(weights, resumed_weights):
         np.testing.assert_array_equal(a, b)
     return saved

@@ -75,6 +75,7 @@ class RemoteBatchMixin(keras_image.Iterator):
         self._stream_position = 0
         self._last_requested: int | None = None
         self._resume: resume.Resumption | None = None  # the rest of an interrupted epoch
+        self._read_yet = False  # a BackupAndRestore may claim it before its first read
         self._home_pid = os.getpid()  # pickled: a copy knows it runs in another process
 
     def _finish_init(self) -> None:
@@ -133,6 +134,7 @@ class RemoteBatchMixin(keras_image.Iterator):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._read_yet = True  # copies in other processes never claim a backup
         self.index_generator = self._flow_index()
         self._per_process_state()
 
@@ -149,6 +151,7 @@ class RemoteBatchMixin(keras_image.Iterator):
         resumed epoch ends early when its batches run out); the generators
         that feed it read this property at the start of every pass.
         """
+        self._before_first_read()  # `fit` asks this before reading (JAX reads through a generator)
         pending = self._resume
         if pending is None or pending.epoch != self._epoch or _called_by_epoch_iterator():
             return len(self)
@@ -227,6 +230,7 @@ class RemoteBatchMixin(keras_image.Iterator):
                 "shard": [self.shard.index, self.shard.count],
                 "lakefs_pins": [dataclasses.asdict(pin) for pin in self.lakefs_pins],
                 "fingerprint": resume.fingerprint(self),
+                "directory": errors.redact(str(self.directory)),
             }
 
     def load_state_dict(self, state: dict[str, Any], fit_random_state: tuple | None = None) -> None:
@@ -322,6 +326,7 @@ class RemoteBatchMixin(keras_image.Iterator):
     def __getitem__(self, idx: int):
         asked = time.perf_counter()
         self._ensure_process()
+        self._before_first_read()
         # Keras's index `idx` is batch `order[idx]` of the epoch: the same, except in an epoch
         # resumed mid-way, whose indices cover only the batches it has left.
         pending = self._resume
@@ -360,6 +365,7 @@ class RemoteBatchMixin(keras_image.Iterator):
     def __next__(self):
         asked = time.perf_counter()
         self._ensure_process()
+        self._before_first_read()
         with self.lock:
             length = max(len(self), 1)
             epoch, index = divmod(self._stream_position, length)
@@ -371,6 +377,11 @@ class RemoteBatchMixin(keras_image.Iterator):
         steps = range(self.options.prefetch_batches)
         keys = [divmod(position + step, length) for step in steps]
         return self._result(future, prefetched, keys, asked)
+
+    def _before_first_read(self) -> None:
+        if not self._read_yet:
+            self._read_yet = True
+            resume.claim(self)
 
     def reset(self) -> None:
         """Makes the next `next()` call start a new epoch, as Keras does."""
