@@ -25,6 +25,7 @@ def smoke_report(tmp_path_factory) -> Path:
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "| stock Keras, local disk |" in result.stdout
+    assert "| CPU ms/img | CPU vs local |" in result.stdout  # client CPU against local disk
     return out / "latest.json"
 
 
