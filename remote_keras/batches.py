@@ -12,6 +12,8 @@ import time
 from typing import Any
 
 import numpy as np
+from keras import backend
+from keras.src.legacy.preprocessing import image as keras_image
 from keras.src.utils import image_utils
 
 from remote_keras import storage
@@ -39,15 +41,18 @@ def load(it: Any, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
         if not paths:
             return plan, batch_x
         decode_pool = it._pools.get("decode")
+        direct = _writes_direct(it)
         futures = []
         for i, data in enumerate(it._fetcher.fetch(paths, it._pools.get("fetch"))):
             transform = plan.transforms[i] if plan.transforms is not None else None
-            futures.append(decode_pool.submit(_sample, it, data, paths[i], transform))
+            futures.append(
+                decode_pool.submit(_sample, it, data, paths[i], transform, batch_x[i], direct)
+            )
         kept = []
         try:
             for i, future in enumerate(futures):
                 try:
-                    batch_x[i] = future.result()
+                    future.result()
                     kept.append(i)
                 except (OSError, ValueError) as exc:
                     if it.options.on_error != "skip" or isinstance(exc, PermissionError):
@@ -61,8 +66,50 @@ def load(it: Any, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
     return plan.keep(kept), batch_x[kept]
 
 
-def _sample(it: Any, data: Any, path: str, transform: dict | None) -> np.ndarray:
-    """Decodes one image and applies the generator's transform and standardization."""
+# What `ImageDataGenerator.get_random_transform` draws when the generator has no random
+# augmentation: `apply_transform` then returns its input unchanged.
+_IDENTITY = {
+    "theta": 0, "tx": 0, "ty": 0, "shear": 0, "zx": 1, "zy": 1,
+    "flip_horizontal": False, "flip_vertical": False,
+    "channel_shift_intensity": None, "brightness": None,
+}  # fmt: skip
+_STANDARDIZE_STEPS = (
+    "preprocessing_function", "samplewise_center", "samplewise_std_normalization",
+    "featurewise_center", "featurewise_std_normalization", "zca_whitening",
+)  # fmt: skip
+
+
+def _writes_direct(it: Any) -> bool:
+    """Whether a decoded image may go straight into the batch, with at most a rescale.
+
+    True when the result is provably what stock Keras computes: channels last, the
+    batch in `floatx` (the dtype `img_to_array` gives), and a generator whose
+    `standardize` would only multiply by a Python number and whose `apply_transform`
+    is Keras's own (an identity transform is then skipped per sample).
+    """
+    if it.data_format != "channels_last" or np.dtype(it.dtype) != np.dtype(backend.floatx()):
+        return False
+    generator = it.image_data_generator
+    if generator is None:
+        return True
+    stock = keras_image.ImageDataGenerator
+    return (
+        type(generator).standardize is stock.standardize
+        and type(generator).apply_transform is stock.apply_transform
+        and not any(getattr(generator, step, None) for step in _STANDARDIZE_STEPS)
+        and type(generator.rescale) in (int, float, type(None))
+    )
+
+
+def _sample(
+    it: Any, data: Any, path: str, transform: dict | None, out: np.ndarray, direct: bool
+) -> None:
+    """Decodes one image, applies the generator's transform and standardization into `out`.
+
+    With `direct` (see `_writes_direct`) and an identity transform, the 8-bit pixels
+    are converted and rescaled into `out` in one step: the same float32 arithmetic
+    as `img_to_array` then `x *= rescale`, without the two intermediate arrays.
+    """
     if isinstance(data, BaseException):
         raise data
     start = time.perf_counter()
@@ -76,18 +123,28 @@ def _sample(it: Any, data: Any, path: str, transform: dict | None) -> np.ndarray
             keep_aspect_ratio=it.keep_aspect_ratio,
             jpeg_draft=it.options.jpeg_draft,
         )
-        x = image_utils.img_to_array(img, data_format=it.data_format)
+        generator = it.image_data_generator
+        pixels = np.asarray(img) if direct and img.mode in ("L", "RGB", "RGBA") else None
+        if pixels is not None and (transform is None or transform == _IDENTITY):
+            if pixels.ndim == 2:
+                pixels = pixels[..., None]
+            rescale = generator.rescale if generator and transform is not None else None
+            if rescale:
+                np.multiply(pixels, rescale, out=out, dtype=out.dtype)
+            else:
+                np.copyto(out, pixels)
+        else:
+            x = image_utils.img_to_array(img, data_format=it.data_format)
+            if generator and transform is not None:
+                x = generator.apply_transform(x, transform)
+                x = generator.standardize(x)
+            out[...] = x
         if hasattr(img, "close"):
             img.close()
-        generator = it.image_data_generator
-        if generator and transform is not None:
-            x = generator.apply_transform(x, transform)
-            x = generator.standardize(x)
     except BaseException:
         it._stats.add(decode_s=time.perf_counter() - start)
         raise
     it._stats.add(decode_s=time.perf_counter() - start, images=1)
-    return x
 
 
 def assemble(it: Any, plan: BatchPlan, batch_x: np.ndarray) -> Batch:

@@ -224,3 +224,47 @@ def test_global_numpy_random_state_is_left_alone(image_dir):
     with rk.ImageDataGenerator(**AUGMENT).flow_from_dataframe(df, directory, seed=4) as it:
         it[0]
     assert np.random.random() == expected
+
+
+def _plus_one(x):
+    return x + 1
+
+
+# Each case is on the direct path (8-bit pixels rescaled straight into the batch) or
+# just off it, where the general path must give the same arrays.
+STANDARDIZE_CASES = {
+    "rescale": ({"rescale": 1 / 255}, {}, True),
+    "int-rescale": ({"rescale": 2}, {}, True),
+    "no-generator-rescale": ({}, {}, True),
+    "grayscale": ({"rescale": 1 / 255}, {"color_mode": "grayscale"}, True),
+    "rgba": ({"rescale": 1 / 255}, {"color_mode": "rgba"}, True),
+    "flip": ({"rescale": 1 / 255, "horizontal_flip": True}, {}, True),  # half identity
+    "numpy-rescale": ({"rescale": np.float64(1 / 255)}, {}, False),
+    "preprocessing": ({"rescale": 1 / 255, "preprocessing_function": _plus_one}, {}, False),
+    "samplewise": ({"rescale": 1 / 255, "samplewise_center": True}, {}, False),
+    "float64": ({"rescale": 1 / 255, "dtype": "float64"}, {}, False),
+    "float16": ({"rescale": 1 / 255, "dtype": "float16"}, {}, False),
+    "channels-first": ({"rescale": 1 / 255, "data_format": "channels_first"}, {}, False),
+}
+
+
+@pytest.mark.parametrize("case", list(STANDARDIZE_CASES))
+def test_direct_and_general_decoding_paths_equal_stock(image_dir, case):
+    from remote_keras.batches import _writes_direct
+
+    gen_kwargs, flow_kwargs, direct = STANDARDIZE_CASES[case]
+    directory, _ = image_dir
+    stock, ours = both(
+        "flow_from_directory",
+        gen_kwargs,
+        directory,
+        target_size=(12, 9),
+        batch_size=5,
+        shuffle=True,
+        seed=3,
+        **flow_kwargs,
+    )
+    with ours:
+        assert _writes_direct(ours) is direct
+        for i in range(len(stock)):
+            assert_same_batch(stock[i], ours[i])
