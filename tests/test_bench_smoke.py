@@ -34,8 +34,8 @@ def test_smoke_benchmark_reports_every_scenario(smoke_report):
     report = json.loads(smoke_report.read_text())
     results = report["results"]
     for name in ("stock Keras, local disk", "tf.data image_dataset_from_directory, local",
-                 "remote_keras, local disk", "remote_keras obstore, s3 +20 ms",
-                 "fit: remote_keras obstore, s3 +20 ms"):  # fmt: skip
+                 "remote_keras, local disk", "remote_keras default, s3 +20 ms",
+                 "fit: remote_keras default, s3 +20 ms"):  # fmt: skip
         assert results[name]["images_per_s"] > 0, name
     for name, result in results.items():
         if result.get("group") == "s3":  # steady state: exactly one GET and no HEAD per image
@@ -45,7 +45,7 @@ def test_smoke_benchmark_reports_every_scenario(smoke_report):
             stats = result["loader_stats"]  # `iterator.stats` of the last repeat
             assert stats["images"] == stats["requests"] > 0, (name, stats)
             assert stats["bytes"] > 0 and stats["decode_s"] > 0, (name, stats)
-    fit = results["fit: remote_keras obstore, s3 +20 ms"]
+    fit = results["fit: remote_keras default, s3 +20 ms"]
     assert 0 <= fit["input_wait_fraction"] <= 1
     assert fit["loader_stats"]["images"] > 0
     assert (smoke_report.parent / "latest.png").stat().st_size > 10_000
