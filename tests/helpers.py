@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 
 import numpy as np
+from fsspec.exceptions import FSTimeoutError
 from PIL import Image
 
 # Every augmentation Keras's ImageDataGenerator offers, at values that change pixels.
@@ -48,3 +50,20 @@ def noise_png(seed: int, size: int = 6) -> bytes:
     """A `size` x `size` RGB PNG of random pixels, the same for the same `seed`."""
     rng = np.random.default_rng(seed)
     return png_bytes(rng.integers(0, 256, (size, size, 3), dtype=np.uint8))
+
+
+def put_objects(fs, objects: Mapping[str, bytes], timeout_s: float = 30, attempts: int = 3) -> None:
+    """Writes test objects one at a time through an fsspec filesystem, each bounded in time.
+
+    Concurrent PUTs of odd keys to `rclone serve s3` have twice gone unanswered in CI, once
+    hanging the whole run; one at a time, with a write that gets no answer in `timeout_s`
+    sent again, test setup cannot hang.
+    """
+    for path, data in objects.items():
+        for attempt in range(attempts):
+            try:
+                fs.pipe_file(path, data, timeout=timeout_s)
+                break
+            except FSTimeoutError:
+                if attempt == attempts - 1:
+                    raise

@@ -16,7 +16,7 @@ from PIL import Image
 import remote_keras as rk
 from remote_keras.cache import DiskCache
 from remote_keras.testing.data import photo_like_jpeg
-from tests.helpers import assert_same_batch
+from tests.helpers import assert_same_batch, put_objects
 
 
 def test_obstore_loader_equals_stock_with_one_get_per_image(
@@ -46,7 +46,7 @@ def test_obstore_loader_reads_odd_keys_literally(s3fs_direct, s3_options):
         buffer = io.BytesIO()
         Image.fromarray(np.full((3, 3, 3), 30 * value, dtype="uint8")).save(buffer, "PNG")
         payloads[f"data/oddob/{name}"] = buffer.getvalue()
-    s3fs_direct.pipe(payloads)
+    put_objects(s3fs_direct, payloads)
     loader = rk.ObstoreLoader(s3_options)
     for name in names:
         assert loader(f"s3://data/oddob/{name}") == payloads[f"data/oddob/{name}"], name

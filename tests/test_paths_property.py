@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import remote_keras as rk
-from tests.helpers import png_bytes
+from tests.helpers import png_bytes, put_objects
 
 # Characters people really put in keys, including the glob and URL specials.
 ODD = st.sampled_from(list(" %#[]*?!@$&'()+,;=~^{}") + ["ü", "é", "日", "ß", "..", "-", "_"])
@@ -34,7 +34,7 @@ def _png(value: int) -> bytes:
 def test_odd_keys_round_trip(names, s3fs_direct, s3_options):
     prefix = f"data/prop-{uuid.uuid4().hex[:8]}"
     values = {name: (17 * i + 5) % 256 for i, name in enumerate(names)}
-    s3fs_direct.pipe({f"{prefix}/cls/{name}": _png(v) for name, v in values.items()})
+    put_objects(s3fs_direct, {f"{prefix}/cls/{name}": _png(v) for name, v in values.items()})
     gen = rk.ImageDataGenerator(storage_options=s3_options)
     df = pd.DataFrame({"filename": [f"cls/{n}" for n in names], "class": "cls"})
     for loader in ("fsspec", "obstore"):
