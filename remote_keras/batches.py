@@ -124,8 +124,9 @@ def _sample(
             jpeg_draft=it.options.jpeg_draft,
         )
         generator = it.image_data_generator
-        pixels = np.asarray(img) if direct and img.mode in ("L", "RGB", "RGBA") else None
-        if pixels is not None and (transform is None or transform == _IDENTITY):
+        identity = transform is None or transform == _IDENTITY
+        if direct and identity and img.mode in ("L", "RGB", "RGBA"):
+            pixels = np.asarray(img)
             if pixels.ndim == 2:
                 pixels = pixels[..., None]
             rescale = generator.rescale if generator and transform is not None else None
