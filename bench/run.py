@@ -154,6 +154,11 @@ class _stand_in:
         terminate(self.process)  # killed if it lingers
 
 
+def _loader_argument(loader: str) -> dict:
+    """`{}` for "default" (no `loader=` argument, as a user who only changes the import)."""
+    return {} if loader == "default" else {"loader": loader}
+
+
 def summarize(results: list[dict]) -> dict:
     """Medians of the numeric fields over repeats; request counts from the last one."""
     summary = {"repeats": len(results), "images_per_s_all": [r["images_per_s"] for r in results]}
@@ -312,8 +317,9 @@ class Bench:
                 options = self._options(s3, proxy)
 
                 def ours_s3(loader=loader, options=options):
-                    chosen = {} if loader == "default" else {"loader": loader}
-                    gen = rk.ImageDataGenerator(rescale=1 / 255, storage_options=options, **chosen)
+                    gen = rk.ImageDataGenerator(
+                        rescale=1 / 255, storage_options=options, **_loader_argument(loader)
+                    )
                     return gen.flow_from_dataframe(urls, **kw)
 
                 self.record(
@@ -336,8 +342,9 @@ class Bench:
             lambda: ours_gen.flow_from_dataframe(df, local, target_size=TARGET), n))  # fmt: skip
         for loader in ("fsspec", "default"):
             options = self._options(s3, proxies[fit_delay])
-            chosen = {} if loader == "default" else {"loader": loader}
-            gen = rk.ImageDataGenerator(rescale=1 / 255, storage_options=options, **chosen)
+            gen = rk.ImageDataGenerator(
+                rescale=1 / 255, storage_options=options, **_loader_argument(loader)
+            )
             self.record(
                 f"fit: remote_keras {loader}, s3 +{fit_delay} ms",
                 "fit",

@@ -44,8 +44,9 @@ def image_dir(tmp_path_factory):
     return str(root), df
 
 
-# s3fs clients that write test data: a write that rclone does not answer (seen once in CI,
-# with several concurrent PUTs of odd keys) times out and is retried instead of hanging.
+# s3fs clients that write test data. The read timeout alone did not stop concurrent PUTs of odd
+# keys that rclone left unanswered from hanging a CI run: write those with
+# `tests.helpers.put_objects` (one at a time, each bounded).
 SETUP_CLIENT = dict(
     skip_instance_cache=True,
     config_kwargs={"read_timeout": 20, "retries": {"total_max_attempts": 4, "mode": "standard"}},
