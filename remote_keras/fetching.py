@@ -63,15 +63,17 @@ class Fetcher:
     def _cached(self, paths: Sequence[str], executor: Executor) -> list[Any]:
         if self.cache is None:
             return self._with_retries(paths, executor)
-        results: list[Any] = [self.cache.get(path) for path in paths]
-        self.stats.add(cache_hits=sum(r is not None for r in results))
+        found = [self.cache.lookup(path) for path in paths]  # damaged entries are dropped
+        results: list[Any] = [data for data, _ in found]
+        healed = sum(dropped for _, dropped in found)
+        self.stats.add(cache_hits=sum(r is not None for r in results), cache_healed=healed)
         missing = [i for i, data in enumerate(results) if data is None]
         if missing:
             fetched = self._with_retries([paths[i] for i in missing], executor)
             for i, data in zip(missing, fetched):
                 results[i] = data
-                if isinstance(data, _BYTES):
-                    self.cache.put(paths[i], bytes(data))
+                if isinstance(data, _BYTES):  # never raises: an unwritable cache warns once
+                    self.cache.put(paths[i], data)
         return results
 
     def _with_retries(self, paths: Sequence[str], executor: Executor) -> list[Any]:

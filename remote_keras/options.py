@@ -53,10 +53,14 @@ class LoaderOptions:
             2-megapixel photos, but pixels differ from stock Keras's.
             Defaults to `False`.
         cache_dir: Local folder caching fetched files, so later epochs make
-            no requests for them; `None` (the default) for no cache. Safe to
-            share between processes; assumes objects do not change.
-        cache_max_bytes: Size limit of `cache_dir`; least recently used
-            files are evicted. Defaults to 10 GiB.
+            no requests for them; `None` (the default) for no cache. Files
+            go in its `remote_keras_cache/` subfolder (nothing else in the
+            folder is touched), each with a checksum: a damaged one is read
+            again from storage. A folder that cannot be written warns once
+            and is only read. Safe to share between processes; assumes
+            objects do not change.
+        cache_max_bytes: Size limit of the cache's files; least recently
+            used files are evicted. Defaults to 10 GiB.
         retries: How transient failures (resets, timeouts, 5xx, 429) are
             retried: a `RetryPolicy`, or a number of attempts per file;
             `None` (the default) for `RetryPolicy()`.

@@ -27,6 +27,8 @@ class LoaderStats:
         requests: Read attempts sent to the loader, retries included.
         retries: Of those, retries of transient failures.
         cache_hits: Files served by the disk cache.
+        cache_healed: Damaged disk cache entries (checksum or length wrong,
+            truncated, empty) dropped and read again from storage.
         skipped: Samples dropped with `on_error="skip"` (in Keras's worker
             processes too).
         fetch_s: Thread-seconds spent fetching bytes (summed over threads).
@@ -50,6 +52,7 @@ class LoaderStats:
     requests: int = 0
     retries: int = 0
     cache_hits: int = 0
+    cache_healed: int = 0
     skipped: int = 0
     fetch_s: float = 0.0
     decode_s: float = 0.0
