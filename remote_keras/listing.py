@@ -137,18 +137,22 @@ def ordered_like_os_walk(files: list[str], formats: tuple[str, ...]) -> list[str
     return kept
 
 
-def valid_rows(it: Any, paths: list[str], x_col: str) -> np.ndarray:
+def valid_rows(it: Any, paths: list[str | None], x_col: str) -> np.ndarray:
     """Which rows name an existing file with an image extension, as a boolean mask.
 
+    Rows whose path is `None` (see `row_url`) are invalid without a request.
     Warns with Keras's own message about the rows left out.
     """
+    asked = [path for path in paths if path is not None]
     with progress_bar(
-        f"Checking {len(paths)} files", it.options.progress, "files", total=len(paths)
+        f"Checking {len(asked)} files", it.options.progress, "files", total=len(asked)
     ) as bar:
-        exists = _existing(it, paths, bar)
+        found = iter(_existing(it, asked, bar))
+    exists = [path is not None and next(found) for path in paths]
     formats = it.white_list_formats
     mask = np.array(
-        [ok and path.lower().endswith(formats) for path, ok in zip(paths, exists)], dtype=bool
+        [ok and str(path).lower().endswith(formats) for path, ok in zip(paths, exists)],
+        dtype=bool,
     )
     n_invalid = int((~mask).sum())
     if n_invalid:
@@ -158,6 +162,53 @@ def valid_rows(it: Any, paths: list[str], x_col: str) -> np.ndarray:
             stacklevel=3,
         )
     return mask
+
+
+def row_url(directory: Any, filename: str) -> str | None:
+    """The path or URL a dataframe row reads, or `None` if it cannot name a file there.
+
+    Local paths are joined as stock Keras joins them. In URLs, `.` and `..`
+    segments are resolved as a local folder would resolve them (object
+    stores take them literally, or refuse them). A relative row must stay
+    inside a URL `directory`; a full URL in a row is read as given, and
+    must stay inside its bucket. A row ending with `/` names a folder.
+
+    Args:
+        directory: The iterator's `directory` (a local folder, a URL prefix or `None`).
+        filename: The row's `x_col` value.
+
+    Returns:
+        The path or URL, or `None` for a row that is invalid by construction.
+    """
+    path = storage.join(directory, filename)
+    if not storage.is_url(path) or "::" in path:
+        return path  # local (the OS resolves `..`, as for stock Keras) or a chained URL
+    if filename.endswith("/"):
+        return None
+    resolved = _without_dot_segments(path)
+    if resolved is None or storage.is_url(filename) or filename.startswith("/"):
+        return resolved
+    base = _without_dot_segments(str(directory).rstrip("/") + "/")
+    return resolved if base is not None and resolved.startswith(base) else None
+
+
+def _without_dot_segments(url: str) -> str | None:
+    """`url` with `.` and `..` segments resolved; `None` if `..` climbs above its bucket."""
+    scheme, _, rest = url.partition("://")
+    root, _, key = rest.partition("/")
+    if "/." not in "/" + key:
+        return url
+    parts: list[str] = []
+    for segment in key.split("/"):
+        if segment == "..":
+            if not parts:
+                return None
+            parts.pop()
+        elif segment != ".":
+            parts.append(segment)
+    if key.endswith(("/.", "/..")) or key in (".", ".."):
+        parts.append("")  # `a/b/..` is the folder `a/`
+    return f"{scheme}://{root}/" + "/".join(parts)
 
 
 def _existing(it: Any, paths: list[str], bar: Any) -> list[bool]:

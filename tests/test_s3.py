@@ -212,3 +212,49 @@ def test_model_fit_one_epoch_on_s3(s3_images, s3_options):
 
 def _tiny_png() -> bytes:
     return png_bytes(np.zeros((2, 2, 3), dtype="uint8"))
+
+
+def test_rows_that_leave_the_directory_are_dropped_as_stock_drops_missing_files(
+    image_dir, s3_images, s3_options
+):
+    """`..` is resolved; a row that leaves `directory` (or names a folder) is an invalid row."""
+    local, df = image_dir
+    url, _ = s3_images
+    label, name = df["class"][0], df["filename"][0].rsplit("/", 1)[-1]
+
+    def frame(directory: str) -> pd.DataFrame:
+        rows = [
+            "../../secret/x.png",  # leaves the directory, and the bucket
+            f"{label}/../../{df['filename'][1]}",  # leaves the directory
+            f"{label}/nested/../{name}",  # stays inside: kept
+            f"../{directory.rsplit('/', 1)[-1]}/{df['filename'][2]}",  # out and back in: kept
+            f"{label}/",  # a folder
+        ]
+        extra = pd.DataFrame({"filename": rows, "class": label})
+        return pd.concat([df[["filename", "class"]], extra], ignore_index=True)
+
+    kw = dict(target_size=(6, 6), batch_size=8, shuffle=False)
+    with pytest.warns(UserWarning, match="Found 3 invalid image filename"):
+        stock, expected = stock_batches(local, frame(local), **kw)
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with pytest.warns(UserWarning, match="Found 3 invalid image filename"):
+        it = gen.flow_from_dataframe(frame(url), url, **kw)
+    with it:
+        assert it.filenames[:-1] == stock.filenames[:-1]
+        assert it.filepaths[-2:] == [f"{url}/{label}/{name}", f"{url}/{df['filename'][2]}"]
+        for i, batch in enumerate(expected):
+            assert_same_batch(batch, it[i])
+
+
+def test_full_url_rows_resolve_dot_segments_inside_their_bucket(s3_images, s3_options):
+    url, df = s3_images
+    first = df["filename"][0]
+    rows = [f"{url}/{first}", f"{url}/x/../{first}", "s3://data/../secret/x.png"]
+    frame = pd.DataFrame({"filename": rows, "class": "a"})
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with pytest.warns(UserWarning, match="Found 1 invalid image filename"):
+        it = gen.flow_from_dataframe(frame, target_size=(5, 5), batch_size=2, shuffle=False)
+    with it:
+        assert it.filepaths == [f"{url}/{first}"] * 2
+        x, _ = it[0]
+        np.testing.assert_array_equal(x[0], x[1])
