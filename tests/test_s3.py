@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import uuid
 import warnings
 
 import numpy as np
@@ -10,6 +12,8 @@ import pytest
 from keras.src.legacy.preprocessing import image as keras_image
 
 import remote_keras as rk
+from remote_keras.testing import CountingProxy
+from remote_keras.testing.proxy import FaultPlan
 from tests.helpers import assert_same_batch, png_bytes
 
 
@@ -258,3 +262,54 @@ def test_full_url_rows_resolve_dot_segments_inside_their_bucket(s3_images, s3_op
         assert it.filepaths == [f"{url}/{first}"] * 2
         x, _ = it[0]
         np.testing.assert_array_equal(x[0], x[1])
+
+
+@pytest.fixture
+def secret_bucket(s3fs_direct):
+    """An empty bucket `secret`, which a save_prefix must never reach."""
+    if not s3fs_direct.exists("secret"):
+        s3fs_direct.mkdir("secret")
+    yield
+    assert not s3fs_direct.find("secret", refresh=True), "something was written to `secret`"
+
+
+@pytest.mark.parametrize("prefix", ["s3://secret/evil", "../evil", "sub/p", "a\\b", "a::b"])
+def test_save_prefix_cannot_leave_a_url_save_to_dir(s3_images, s3_options, secret_bucket, prefix):
+    url, df = s3_images
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with pytest.raises(ValueError, match="save_prefix"):
+        gen.flow_from_dataframe(df, url, save_to_dir="s3://data/aug-refused", save_prefix=prefix)
+    with pytest.raises(ValueError, match="save_prefix"):
+        gen.flow_from_directory(url, save_to_dir="s3://data/aug-refused", save_prefix=prefix)
+
+
+def test_save_prefix_with_a_url_under_a_local_save_to_dir_is_as_stock(
+    s3_images, s3_options, secret_bucket, tmp_path
+):
+    """Stock joins with `os.path.join`: no such local folder, and nothing written to S3."""
+    url, df = s3_images
+    gen = rk.ImageDataGenerator(storage_options=s3_options, retries=1)
+    kw = dict(target_size=(6, 6), batch_size=2, save_to_dir=str(tmp_path))
+    with gen.flow_from_dataframe(df, url, save_prefix="s3://secret/evil", **kw) as it:
+        with pytest.raises(FileNotFoundError):
+            it[0]
+
+
+def test_a_stalled_save_is_cancelled_and_retried(s3_server, s3_images, s3fs_direct):
+    """The first PUT hangs: it is cut at `timeout_s` and sent again, not waited on for minutes."""
+    url, df = s3_images
+    stall = FaultPlan(1.0, kinds=("stall",), methods=("PUT",), max_faults_per_key=1, stall_s=120)
+    with CountingProxy(s3_server.port, faults=stall) as proxy:
+        options = s3_server.storage_options
+        options["client_kwargs"] = dict(options["client_kwargs"], endpoint_url=proxy.endpoint_url)
+        retries = rk.RetryPolicy(timeout_s=1, backoff_s=0.01, deadline_s=60)
+        gen = rk.ImageDataGenerator(storage_options=options, retries=retries, prefetch_batches=0)
+        target = f"data/aug-{uuid.uuid4().hex[:6]}"
+        kw = dict(target_size=(6, 6), batch_size=1, shuffle=False, save_prefix="p")
+        with gen.flow_from_dataframe(df, url, save_to_dir=f"s3://{target}", **kw) as it:
+            done = threading.Thread(target=it.__getitem__, args=(0,), daemon=True)
+            done.start()
+            done.join(30)  # the stall lasts 120 s; s3fs would wait 60 s (its read timeout)
+            assert not done.is_alive(), "the save waited for the stalled PUT"
+        assert proxy.faults_injected["stall"] == 1
+        assert len(s3fs_direct.ls(target, refresh=True)) == 1

@@ -7,7 +7,7 @@ import os
 from keras.src.legacy.preprocessing import image as keras_image
 from typing_extensions import Unpack
 
-from remote_keras import errors, listing, records, storage
+from remote_keras import errors, listing, records, saving, storage
 from remote_keras.iterators.base import RemoteBatchMixin
 from remote_keras.options import LoaderOptions, LoaderOverrides
 
@@ -64,6 +64,7 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
         options: LoaderOptions | None = None,
         **overrides: Unpack[LoaderOverrides],
     ):
+        saving.check_save_prefix(save_to_dir, save_prefix)
         self._init_remote(options, overrides)
         if isinstance(dataframe, (str, os.PathLike)):
             dataframe = self._read_table(os.fspath(dataframe))
