@@ -31,7 +31,10 @@ def init_from_listing(it: Any, directory: str, image_data_generator: Any, **kw: 
     """Sets up `it` as Keras's `DirectoryIterator.__init__` does, from one listing of `directory`.
 
     Classes, file order (sorted as `os.walk` would give them), `subset` splits
-    and the `Found N images belonging to K classes.` message are stock.
+    and the `Found N images belonging to K classes.` message are stock. A
+    folder-marker object (`name/`, zero bytes, as the S3 console, MinIO and
+    lakeFS make) makes `name` a class even when empty, as an empty local
+    folder does; an empty folder without one is invisible to a listing.
     """
     data_format = kw["data_format"] or backend.image_data_format()
     it.set_processing_attrs(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 import uuid
 import warnings
@@ -313,3 +314,22 @@ def test_a_stalled_save_is_cancelled_and_retried(s3_server, s3_images, s3fs_dire
             assert not done.is_alive(), "the save waited for the stalled PUT"
         assert proxy.faults_injected["stall"] == 1
         assert len(s3fs_direct.ls(target, refresh=True)) == 1
+
+
+def test_an_empty_class_folder_without_a_marker_needs_classes(
+    image_dir, s3_images, s3_options, tmp_path
+):
+    """S3 keeps no empty folder: `classes=[...]` gives stock's classes and labels."""
+    local, _ = image_dir
+    url, _ = s3_images
+    copy = tmp_path / "train"
+    shutil.copytree(local, copy)
+    (copy / "aaa-empty").mkdir()  # sorts first: every label moves by one if it is missed
+    stock = keras_image.ImageDataGenerator().flow_from_directory(str(copy), shuffle=False)
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with gen.flow_from_directory(url, shuffle=False) as missed:
+        assert missed.num_classes == stock.num_classes - 1  # what the store cannot show
+    classes = list(stock.class_indices)
+    with gen.flow_from_directory(url, shuffle=False, classes=classes) as it:
+        assert it.class_indices == stock.class_indices
+        np.testing.assert_array_equal(it.classes, stock.classes)
