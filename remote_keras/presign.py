@@ -333,16 +333,25 @@ class PresignedReader:
 
 def expect(loader: Any, urls: Iterable[str]) -> None:
     """Tells `loader`'s presigned reader, if it has one, the URLs it will read (`expect`)."""
-    reader = getattr(loader, "presigned", None)
-    if isinstance(reader, PresignedReader):
+    reader = _reader_of(loader)
+    if reader is not None:
         reader.expect(urls)
 
 
 def close(loader: Any) -> None:
     """Stops the background listing of `loader`'s presigned reader, if it has one."""
-    reader = getattr(loader, "presigned", None)
-    if isinstance(reader, PresignedReader):
+    reader = _reader_of(loader)
+    if reader is not None:
         reader.close()
+
+
+def _reader_of(loader: Any) -> PresignedReader | None:
+    """The reader of an `FsspecLoader`, or of the one an `ObstoreLoader` reads lakeFS with."""
+    for candidate in (loader, getattr(loader, "_fallback", None)):
+        reader = getattr(candidate, "presigned", None)
+        if isinstance(reader, PresignedReader):
+            return reader
+    return None
 
 
 def _listing_error(url: str, host: str, exc: BaseException) -> BaseException:
