@@ -7,7 +7,6 @@ each call, as Keras's own `_get_batches_of_transformed_samples` does.
 
 from __future__ import annotations
 
-import io
 import time
 from typing import Any
 
@@ -16,7 +15,7 @@ from keras import backend
 from keras.src.legacy.preprocessing import image as keras_image
 from keras.src.utils import image_utils
 
-from remote_keras import storage
+from remote_keras import saving
 from remote_keras.epochs import BatchPlan
 from remote_keras.loaders import decode_image
 
@@ -175,12 +174,8 @@ def assemble(it: Any, plan: BatchPlan, batch_x: np.ndarray) -> Batch:
 
 def _save(it: Any, plan: BatchPlan, batch_x: np.ndarray) -> None:
     hashes = plan.save_hashes or [0] * len(plan.indices)
-    for i, j in enumerate(plan.indices):
-        img = image_utils.array_to_img(batch_x[i], it.data_format, scale=True)
-        target = storage.join(it.save_to_dir, f"{it.save_prefix}_{j}_{hashes[i]}.{it.save_format}")
-        if storage.is_url(target):
-            buffer = io.BytesIO()
-            img.save(buffer, format=it.save_format)
-            storage.write_bytes(target, buffer.getvalue(), it.filesystems)
-        else:
-            img.save(target)
+    images = [image_utils.array_to_img(x, it.data_format, scale=True) for x in batch_x]
+    names = [
+        f"{it.save_prefix}_{j}_{hashes[i]}.{it.save_format}" for i, j in enumerate(plan.indices)
+    ]
+    saving.save(it, images, names)

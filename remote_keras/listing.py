@@ -31,7 +31,10 @@ def init_from_listing(it: Any, directory: str, image_data_generator: Any, **kw: 
     """Sets up `it` as Keras's `DirectoryIterator.__init__` does, from one listing of `directory`.
 
     Classes, file order (sorted as `os.walk` would give them), `subset` splits
-    and the `Found N images belonging to K classes.` message are stock.
+    and the `Found N images belonging to K classes.` message are stock. A
+    folder-marker object (`name/`, zero bytes, as the S3 console, MinIO and
+    lakeFS make) makes `name` a class even when empty, as an empty local
+    folder does; an empty folder without one is invisible to a listing.
     """
     data_format = kw["data_format"] or backend.image_data_format()
     it.set_processing_attrs(
@@ -137,18 +140,22 @@ def ordered_like_os_walk(files: list[str], formats: tuple[str, ...]) -> list[str
     return kept
 
 
-def valid_rows(it: Any, paths: list[str], x_col: str) -> np.ndarray:
+def valid_rows(it: Any, paths: list[str | None], x_col: str) -> np.ndarray:
     """Which rows name an existing file with an image extension, as a boolean mask.
 
+    Rows whose path is `None` (see `row_url`) are invalid without a request.
     Warns with Keras's own message about the rows left out.
     """
+    asked = [path for path in paths if path is not None]
     with progress_bar(
-        f"Checking {len(paths)} files", it.options.progress, "files", total=len(paths)
+        f"Checking {len(asked)} files", it.options.progress, "files", total=len(asked)
     ) as bar:
-        exists = _existing(it, paths, bar)
+        found = iter(_existing(it, asked, bar))
+    exists = [path is not None and next(found) for path in paths]
     formats = it.white_list_formats
     mask = np.array(
-        [ok and path.lower().endswith(formats) for path, ok in zip(paths, exists)], dtype=bool
+        [ok and str(path).lower().endswith(formats) for path, ok in zip(paths, exists)],
+        dtype=bool,
     )
     n_invalid = int((~mask).sum())
     if n_invalid:
@@ -158,6 +165,53 @@ def valid_rows(it: Any, paths: list[str], x_col: str) -> np.ndarray:
             stacklevel=3,
         )
     return mask
+
+
+def row_url(directory: Any, filename: str) -> str | None:
+    """The path or URL a dataframe row reads, or `None` if it cannot name a file there.
+
+    Local paths are joined as stock Keras joins them. In URLs, `.` and `..`
+    segments are resolved as a local folder would resolve them (object
+    stores take them literally, or refuse them). A relative row must stay
+    inside a URL `directory`; a full URL in a row is read as given, and
+    must stay inside its bucket. A row ending with `/` names a folder.
+
+    Args:
+        directory: The iterator's `directory` (a local folder, a URL prefix or `None`).
+        filename: The row's `x_col` value.
+
+    Returns:
+        The path or URL, or `None` for a row that is invalid by construction.
+    """
+    path = storage.join(directory, filename)
+    if not storage.is_url(path) or "::" in path:
+        return path  # local (the OS resolves `..`, as for stock Keras) or a chained URL
+    if filename.endswith("/"):
+        return None
+    resolved = _without_dot_segments(path)
+    if resolved is None or storage.is_url(filename) or filename.startswith("/"):
+        return resolved
+    base = _without_dot_segments(str(directory).rstrip("/") + "/")
+    return resolved if base is not None and resolved.startswith(base) else None
+
+
+def _without_dot_segments(url: str) -> str | None:
+    """`url` with `.` and `..` segments resolved; `None` if `..` climbs above its bucket."""
+    scheme, _, rest = url.partition("://")
+    root, _, key = rest.partition("/")
+    if "/." not in "/" + key:
+        return url
+    parts: list[str] = []
+    for segment in key.split("/"):
+        if segment == "..":
+            if not parts:
+                return None
+            parts.pop()
+        elif segment != ".":
+            parts.append(segment)
+    if key.endswith(("/.", "/..")) or key in (".", ".."):
+        parts.append("")  # `a/b/..` is the folder `a/`
+    return f"{scheme}://{root}/" + "/".join(parts)
 
 
 def _existing(it: Any, paths: list[str], bar: Any) -> list[bool]:

@@ -7,11 +7,20 @@ blockstore), `objects/ls?presign=true` returns each object's
 (pages of 1,000), keeps the addresses, and reads every image with one GET
 to the store: no request reaches the lakeFS server per image.
 
-Addresses are renewed in bulk: when one is about to expire, or the store
-answers 403 to one that has been in use for `FRESH_S` or more (it expired
-by the store's clock, which may run ahead of ours), the whole folder is
-listed again, once, and every thread waiting on that folder reads with the
-new addresses. A 403 to a freshly signed address is a `PermissionError`.
+The iterators name the URLs they will read (`expect`): the first read then
+starts listing all their folders in the background and renewing them
+half-way through their lifetime (`remote_keras.presign_ahead`), so a
+lakeFS server outage does not stop reads from the store while the
+addresses are valid.
+
+Addresses are also renewed in bulk when needed: when one is about to
+expire, or the store answers 403 to one that has been in use for `FRESH_S`
+or more (it expired by the store's clock, which may run ahead of ours), the
+whole folder is listed again, once, and every thread waiting on that folder
+reads with the new addresses. A 403 to a freshly signed address is a
+`PermissionError`. A listing the lakeFS server does not answer is a
+`ConnectionError` naming that server, retried up to the retry policy's
+deadline like any transient failure.
 
 `storage_options={"pre_sign": ...}` chooses: `None` (or absent, the
 default) presigns when the server supports it, `True` requires it, `False`
@@ -24,10 +33,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from remote_keras import errors, lakefs
+from remote_keras import errors, lakefs, retry
+from remote_keras.presign_ahead import Ahead
 
 OPTION = "pre_sign"
 # lakeFS's default lifetime of a presigned URL, for servers that send no expiry.
@@ -68,11 +78,13 @@ def presign_mode(storage_options: Mapping[str, Any] | None) -> bool | None:
     return mode
 
 
-class _Address:
-    __slots__ = ("expiry", "issued", "margin", "url")
+class _Folder:
+    """The presigned addresses of one folder's objects, from one listing."""
 
-    def __init__(self, url: str, expiry: float | None, now: float) -> None:
-        self.url = url
+    __slots__ = ("expiry", "issued", "margin", "urls")
+
+    def __init__(self, urls: dict[str, str], expiry: float | None, now: float) -> None:
+        self.urls = urls  # path -> presigned URL
         self.issued = now
         self.expiry = float(expiry) if expiry else now + DEFAULT_LIFETIME_S
         self.margin = min(MAX_MARGIN_S, MARGIN_FRACTION * max(0.0, self.expiry - now))
@@ -80,12 +92,16 @@ class _Address:
     def expired(self, now: float) -> bool:
         return now >= self.expiry - self.margin
 
+    def renew_at(self) -> float:
+        """When the background renews it: half-way through its lifetime."""
+        return self.issued + (self.expiry - self.issued) / 2
+
 
 class PresignedReader:
     """Reads `lakefs://` objects from their presigned addresses, one GET each.
 
     One reader serves a loader; it is thread-safe, pickles without its
-    addresses and connections, and starts afresh after a fork.
+    addresses, threads and connections, and starts afresh after a fork.
 
     Args:
         mode: `None` (presign when the server supports it), `True` (require
@@ -94,6 +110,7 @@ class PresignedReader:
 
     def __init__(self, mode: bool | None = None) -> None:
         self.mode = mode
+        self._expected: list[tuple[str, str, str]] = []  # (repository, ref, folder)
         self._reset()
 
     def _reset(self) -> None:
@@ -101,20 +118,54 @@ class PresignedReader:
         self._lock = threading.Lock()
         self._support_lock = threading.Lock()
         self._folder_locks: dict[tuple[str, str, str, str], threading.Lock] = {}
-        self._folders: dict[tuple[str, str, str, str], dict[str, _Address]] = {}
+        self._folders: dict[tuple[str, str, str, str], _Folder] = {}
         self._support: dict[str, bool] = {}
         self._http: Any = None
+        self._ahead: Ahead | None = None
+        self.clock = time.time  # the clock addresses expire by (tests move it)
         self.listings = 0  # folder listings made, in this process
 
     def __repr__(self) -> str:
         return f"PresignedReader(mode={self.mode!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"mode": self.mode}
+        return {"mode": self.mode, "expected": self._expected}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.mode = state["mode"]
+        self._expected = state.get("expected", [])
         self._reset()
+
+    def expect(self, urls: Iterable[str]) -> None:
+        """Names the `lakefs://` URLs to be read, in reading order, to list their folders ahead.
+
+        At the first read, every folder they are in is listed in the
+        background (in the order first needed) and its addresses kept, then
+        renewed half-way through their lifetime while reads go on: a lakeFS
+        server outage does not stop reads while the addresses are valid.
+
+        Args:
+            urls: Paths and URLs; those that are not `lakefs://` are ignored.
+        """
+        folders: dict[str, None] = {}
+        for url in urls:
+            if lakefs.is_lakefs(url):
+                folders.setdefault(url.rpartition("/")[0] + "/")
+        expected = []
+        for folder in folders:
+            repository, ref, path = lakefs.split(folder)
+            expected.append((repository, ref, path))
+        self._expected = expected
+
+    def close(self) -> None:
+        """Stops listing ahead (the next read starts again)."""
+        if self._ahead is not None:
+            self._ahead.stop()
+
+    @property
+    def ahead(self) -> Ahead | None:
+        """The background lister of this process, once a read started it."""
+        return self._ahead
 
     def read(self, fs: Any, url: str) -> bytes | None:
         """Reads `url` from its presigned address, or returns `None` to read through lakeFS.
@@ -129,35 +180,67 @@ class PresignedReader:
         Raises:
             FileNotFoundError, PermissionError, ImageLoadError: naming `url`
                 (never the presigned URL, which is a credential).
+            ConnectionError: the lakeFS server, named, did not list the
+                addresses (retried).
             StoreResponseError: a transient status of the store (retried).
         """
         if self.mode is False:
             return None
         if self._pid != os.getpid():
-            self._reset()  # the parent's locks and connections are not ours
+            self._reset()  # the parent's locks, threads and connections are not ours
         host = str(fs.client.config.host)
         if not self._supported(fs, host, url):
             return None
+        if self._expected:
+            self._start_ahead(fs, host)
         repository, ref, path = lakefs.split(url)
         folder = path.rpartition("/")[0]
         key = (host, repository, ref, folder + "/" if folder else "")
-        address = self._address(fs, key, path, url, renew_before=None)
-        if address is None:
+        found = self._address(fs, key, path, url, renew_before=None)
+        if found is None:
             return None
         for _ in range(3):  # the first read, then at most two renewals after expiry
-            status, data = self._get(address.url, url)
+            address, listing = found
+            status, data = self._get(address, url)
             if status == 200:
                 return data
-            if status == 403 and time.time() - address.issued >= FRESH_S:  # expired
-                renewed = self._address(fs, key, path, url, renew_before=address)
-                if renewed is None:
+            if status == 403 and self.clock() - listing.issued >= FRESH_S:  # expired
+                found = self._address(fs, key, path, url, renew_before=listing)
+                if found is None:
                     return None
-                address = renewed
                 continue
             raise self._status_error(url, status)
         raise self._status_error(url, 403)
 
+    def renew_at(self, key: tuple[str, str, str, str]) -> float:
+        """When the folder `key` is due for listing (`0.0`: not listed yet); used by `Ahead`."""
+        listing = self._folders.get(key)
+        return 0.0 if listing is None else listing.renew_at()
+
+    def list_folder(self, fs: Any, key: tuple[str, str, str, str]) -> None:
+        """Lists the folder `key` unless it is not due (see `renew_at`); used by `Ahead`.
+
+        Args:
+            fs: The filesystem of its host.
+            key: `(host, repository, ref, folder)`.
+        """
+        with self._folder_lock(key):
+            if self.clock() >= self.renew_at(key):
+                _, repository, ref, folder = key
+                self._list(fs, key, f"lakefs://{repository}/{ref}/{folder}")
+
     # ------------------------------------------------------------------ internals
+
+    def _start_ahead(self, fs: Any, host: str) -> None:
+        current = self._ahead
+        if current is not None and current.alive():
+            current.touch()
+            return
+        with self._lock:
+            if self._ahead is None or not self._ahead.alive():
+                keys = [(host, *folder) for folder in self._expected]
+                self._ahead = Ahead(self, fs, keys)
+                self._ahead.start()
 
     def _supported(self, fs: Any, host: str, url: str) -> bool:
         supported = self._support.get(host)
@@ -176,36 +259,43 @@ class PresignedReader:
             )
         return supported
 
+    def _folder_lock(self, key: tuple[str, str, str, str]) -> threading.Lock:
+        with self._lock:
+            return self._folder_locks.setdefault(key, threading.Lock())
+
     def _address(
         self,
         fs: Any,
         key: tuple[str, str, str, str],
         path: str,
         url: str,
-        renew_before: _Address | None,
-    ) -> _Address | None:
+        renew_before: _Folder | None,
+    ) -> tuple[str, _Folder] | None:
         """The address of `path`, listing its folder again if absent, expired or `renew_before`."""
-        with self._lock:
-            lock = self._folder_locks.setdefault(key, threading.Lock())
-        with lock:
-            now = time.time()
-            addresses = self._folders.get(key, {})
-            found = addresses.get(path)
-            stale = found is None or found.expired(now) or found is renew_before
-            if stale:
-                _, repository, ref, prefix = key
-                with errors.reading(url):
-                    listed = lakefs.list_presigned(fs, repository, ref, prefix)
-                self.listings += 1
-                now = time.time()
-                addresses = {p: _Address(u, e, now) for p, (u, e) in listed.items()}
-                self._folders[key] = addresses
-                found = addresses.get(path)
-        if found is None:
+        with self._folder_lock(key):
+            listing = self._folders.get(key)
+            if listing is None or listing.expired(self.clock()) or listing is renew_before:
+                listing = self._list(fs, key, url)
+        address = listing.urls.get(path)
+        if address is None:
             raise FileNotFoundError(f"No such file or object: {errors.redact(url)!r}")
-        if not found.url.startswith(("http://", "https://")):
+        if not address.startswith(("http://", "https://")):
             return None  # the server presigns, but not this object's store: read through it
-        return found
+        return address, listing
+
+    def _list(self, fs: Any, key: tuple[str, str, str, str], url: str) -> _Folder:
+        """Lists the folder `key` with presigned addresses (its lock held) and keeps them."""
+        host, repository, ref, prefix = key
+        try:
+            listed = lakefs.list_presigned(fs, repository, ref, prefix)
+        except Exception as exc:
+            raise _listing_error(url, host, exc) from exc
+        self.listings += 1
+        expiries = [expiry for _, expiry in listed.values() if expiry]
+        urls = {path: address for path, (address, _) in listed.items()}
+        listing = _Folder(urls, min(expiries) if expiries else None, self.clock())
+        self._folders[key] = listing
+        return listing
 
     def _get(self, address: str, url: str) -> tuple[int, bytes]:
         if self._http is None:
@@ -239,6 +329,45 @@ class PresignedReader:
             )
         message = f"the object store answered {status} to a presigned GET"
         return errors.translate(url, StoreResponseError(message, status))
+
+
+def expect(loader: Any, urls: Iterable[str]) -> None:
+    """Tells `loader`'s presigned reader, if it has one, the URLs it will read (`expect`)."""
+    reader = _reader_of(loader)
+    if reader is not None:
+        reader.expect(urls)
+
+
+def close(loader: Any) -> None:
+    """Stops the background listing of `loader`'s presigned reader, if it has one."""
+    reader = _reader_of(loader)
+    if reader is not None:
+        reader.close()
+
+
+def _reader_of(loader: Any) -> PresignedReader | None:
+    """The reader of an `FsspecLoader`, or of the one an `ObstoreLoader` reads lakeFS with."""
+    for candidate in (loader, getattr(loader, "_fallback", None)):
+        reader = getattr(candidate, "presigned", None)
+        if isinstance(reader, PresignedReader):
+            return reader
+    return None
+
+
+def _listing_error(url: str, host: str, exc: BaseException) -> BaseException:
+    """A failed presigned listing, naming the object and the lakeFS server (both redacted)."""
+    translated = errors.translate(url, exc)
+    if isinstance(translated, (FileNotFoundError, PermissionError, ValueError)):
+        return translated
+    server = errors.redact(host)
+    cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    message = (
+        f"The lakeFS server {server!r} did not list the presigned addresses needed to read "
+        f"{errors.redact(url)!r} ({cause})"
+    )
+    if retry.is_transient(exc):
+        return ConnectionError(message)
+    return errors.ImageLoadError(errors.redact(url), message)
 
 
 def _without_address(exc: BaseException) -> BaseException:

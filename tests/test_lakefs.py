@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 
@@ -230,3 +231,24 @@ def test_lakectl_environment_variables_configure_access(target, repo, monkeypatc
         assert it.samples == 21
         it[0]
         assert options["password"] not in repr(it) + repr(it.loader) + str(it.lakefs_pins)
+
+
+def test_an_empty_class_folder_with_a_marker_is_a_class(image_dir, target, client, repo, tmp_path):
+    """A folder-marker object (`train/empty/`, as lakeFS, MinIO and the S3 console make) counts."""
+    local, _ = image_dir
+    copy = tmp_path / "train"
+    shutil.copytree(local, copy)
+    (copy / "aaa-empty").mkdir()  # sorts first: every label moves by one if it is missed
+    stock = keras_image.ImageDataGenerator().flow_from_directory(str(copy), shuffle=False)
+    branch = lakefs.Branch(repo, f"m-{uuid.uuid4().hex[:8]}", client=client).create("main")
+    try:
+        branch.object("train/aaa-empty/").upload(b"")
+        commit = branch.commit("an empty class folder").get_commit().id
+        gen = rk.ImageDataGenerator(storage_options=target.storage_options)
+        url = f"lakefs://{repo}/{commit}/train"
+        with gen.flow_from_directory(url, shuffle=False) as it:
+            assert it.class_indices == stock.class_indices and it.num_classes == 4
+            np.testing.assert_array_equal(it.classes, stock.classes)
+            assert it.filenames == stock.filenames
+    finally:
+        branch.delete()

@@ -160,15 +160,18 @@ def test_expiry_shorter_than_an_epoch_is_survived(image_dir):
             for i in range(len(stock)):
                 assert_same_batch(stock[i], it[i])
                 time.sleep(0.7)
-            assert time.monotonic() - started > 4
+            elapsed = time.monotonic() - started
+            assert elapsed > 4
             lakefs_counts, data_counts = reset(server)
         assert not server.errors and not server.data.errors
         # Renewed ahead of the expiry (a request delayed past it would be refused once, then
         # read again with a new URL).
         assert data_counts[DATA_GET] >= it.samples
         folders = len({name.rpartition("/")[0] for name in it.filenames})
-        # Re-listed by folder, not per file.
-        assert folders < lakefs_counts[LIST] < it.samples, lakefs_counts
+        # Re-listed by folder, not per file: in the background, half-way through each
+        # listing's lifetime (1.5 s), and on demand.
+        renewals = folders * (1 + int(elapsed / 1.5) + 2)  # the first, renewals, slack
+        assert folders < lakefs_counts[LIST] <= renewals, lakefs_counts
     finally:
         server.close()
 
@@ -282,3 +285,61 @@ def test_pickled_and_forked_iterators_read_presigned(presigning):
     np.testing.assert_array_equal(got[1], expected[1])
     assert data_counts == {DATA_GET: KW["batch_size"]}
     assert not lakefs_counts.get(GET_OBJECT)
+
+
+@pytest.fixture
+def behind_proxy(image_dir) -> Iterator[tuple[LakeFSServer, CountingProxy, dict]]:
+    """A presigning stand-in whose API is reached through a proxy (its data server directly)."""
+    local, _ = image_dir
+    server = start(local)
+    api = CountingProxy(server.port).start()
+    try:
+        yield server, api, dict(server.storage_options, host=api.endpoint_url)
+    finally:
+        api.close()
+        server.close()
+
+
+def test_a_lakefs_outage_does_not_stop_an_unshuffled_epoch(image_dir, behind_proxy):
+    """Folders are listed ahead of the reader: during the outage, reads go on at the store."""
+    local, _ = image_dir
+    server, api, options = behind_proxy
+    kw = dict(KW, shuffle=False)
+    stock = keras_image.ImageDataGenerator().flow_from_directory(local, **kw)
+    retries = rk.RetryPolicy(deadline_s=2, backoff_s=0.05)  # without the look-ahead: fails fast
+    gen = rk.ImageDataGenerator(storage_options=options, retries=retries, prefetch_batches=0)
+    with gen.flow_from_directory("lakefs://images/main/train", **kw) as it:
+        assert_same_batch(stock[0], it[0])
+        ahead = it.loader.presigned.ahead
+        assert ahead is not None and ahead.ready.wait(30)
+        folders = {name.rpartition("/")[0] for name in it.filenames}
+        assert it.loader.presigned.listings == len(folders) > 2
+        api.outage(3600)
+        reset(server)
+        for i in range(len(stock)):
+            assert_same_batch(stock[i], it[i])
+        assert api.is_down
+        lakefs_counts, data_counts = reset(server)
+        assert not lakefs_counts and data_counts == {DATA_GET: it.samples}
+
+
+def test_renewal_during_a_lakefs_outage_fails_naming_the_server(behind_proxy):
+    """Addresses expired and lakeFS down: retried up to the deadline, then the server is named."""
+    _, api, options = behind_proxy
+    retries = rk.RetryPolicy(deadline_s=1, backoff_s=0.05)
+    gen = rk.ImageDataGenerator(storage_options=options, retries=retries, prefetch_batches=0)
+    kw = dict(KW, shuffle=False)
+    with gen.flow_from_directory("lakefs://images/main/train", **kw) as it:
+        it[0]
+        reader = it.loader.presigned
+        assert reader.ahead is not None and reader.ahead.ready.wait(30)
+        api.outage(3600)
+        reader.clock = lambda: time.time() + 3600  # every address has expired
+        with pytest.raises(OSError) as info:
+            it[1]
+    message = str(info.value)
+    assert "Gave up" in message and f"lakeFS server '{api.endpoint_url}/api/v1'" in message, message
+    assert "lakefs://images/" in message and "_presigned" not in message
+    assert info.value.attempts > 1  # retried
+    assert options["password"] not in message
+    pickle.loads(pickle.dumps(info.value))

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import remote_keras as rk
+from remote_keras import listing
 from tests.helpers import png_bytes, put_objects
 
 # Characters people really put in keys, including the glob and URL specials.
@@ -49,3 +52,24 @@ def test_odd_keys_round_trip(names, s3fs_direct, s3_options):
     with gen.flow_from_directory(f"s3://{prefix}", target_size=(3, 3), shuffle=False) as it:
         expected = sorted(f"cls/{n}" for n in names)  # one class: sorted like os.walk per folder
         assert sorted(it.filenames) == expected
+
+
+@pytest.mark.parametrize(
+    "directory, row, expected",
+    [
+        ("s3://b/images", "cat/x.png", "s3://b/images/cat/x.png"),
+        ("s3://b/images", "cat/./n/../x.png", "s3://b/images/cat/x.png"),
+        ("s3://b/images", "../images/x.png", "s3://b/images/x.png"),
+        ("s3://b/images", "../../secret/x.png", None),
+        ("s3://b/images", "../other/x.png", None),
+        ("s3://b/images", "cat/", None),
+        ("s3://b/images/", "cat/x.png", "s3://b/images/cat/x.png"),
+        ("s3://b/images", "s3://c/y/../x.png", "s3://c/x.png"),
+        ("s3://b/images", "s3://c/../x.png", None),
+        (None, "gs://c/a/./x.png", "gs://c/a/x.png"),
+        ("s3://b/images", "/local/x.png", "/local/x.png"),
+        ("/data/images", "../x.png", os.path.join("/data/images", "../x.png")),
+    ],
+)
+def test_row_url_resolves_dot_segments_inside_the_directory(directory, row, expected):
+    assert listing.row_url(directory, row) == expected

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import threading
+import uuid
 import warnings
 
 import numpy as np
@@ -10,6 +13,8 @@ import pytest
 from keras.src.legacy.preprocessing import image as keras_image
 
 import remote_keras as rk
+from remote_keras.testing import CountingProxy
+from remote_keras.testing.proxy import FaultPlan
 from tests.helpers import assert_same_batch, png_bytes
 
 
@@ -212,3 +217,119 @@ def test_model_fit_one_epoch_on_s3(s3_images, s3_options):
 
 def _tiny_png() -> bytes:
     return png_bytes(np.zeros((2, 2, 3), dtype="uint8"))
+
+
+def test_rows_that_leave_the_directory_are_dropped_as_stock_drops_missing_files(
+    image_dir, s3_images, s3_options
+):
+    """`..` is resolved; a row that leaves `directory` (or names a folder) is an invalid row."""
+    local, df = image_dir
+    url, _ = s3_images
+    label, name = df["class"][0], df["filename"][0].rsplit("/", 1)[-1]
+
+    def frame(directory: str) -> pd.DataFrame:
+        rows = [
+            "../../secret/x.png",  # leaves the directory, and the bucket
+            f"{label}/../../{df['filename'][1]}",  # leaves the directory
+            f"{label}/nested/../{name}",  # stays inside: kept
+            f"../{directory.rsplit('/', 1)[-1]}/{df['filename'][2]}",  # out and back in: kept
+            f"{label}/",  # a folder
+        ]
+        extra = pd.DataFrame({"filename": rows, "class": label})
+        return pd.concat([df[["filename", "class"]], extra], ignore_index=True)
+
+    kw = dict(target_size=(6, 6), batch_size=8, shuffle=False)
+    with pytest.warns(UserWarning, match="Found 3 invalid image filename"):
+        stock, expected = stock_batches(local, frame(local), **kw)
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with pytest.warns(UserWarning, match="Found 3 invalid image filename"):
+        it = gen.flow_from_dataframe(frame(url), url, **kw)
+    with it:
+        assert it.filenames[:-1] == stock.filenames[:-1]
+        assert it.filepaths[-2:] == [f"{url}/{label}/{name}", f"{url}/{df['filename'][2]}"]
+        for i, batch in enumerate(expected):
+            assert_same_batch(batch, it[i])
+
+
+def test_full_url_rows_resolve_dot_segments_inside_their_bucket(s3_images, s3_options):
+    url, df = s3_images
+    first = df["filename"][0]
+    rows = [f"{url}/{first}", f"{url}/x/../{first}", "s3://data/../secret/x.png"]
+    frame = pd.DataFrame({"filename": rows, "class": "a"})
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with pytest.warns(UserWarning, match="Found 1 invalid image filename"):
+        it = gen.flow_from_dataframe(frame, target_size=(5, 5), batch_size=2, shuffle=False)
+    with it:
+        assert it.filepaths == [f"{url}/{first}"] * 2
+        x, _ = it[0]
+        np.testing.assert_array_equal(x[0], x[1])
+
+
+@pytest.fixture
+def secret_bucket(s3fs_direct):
+    """An empty bucket `secret`, which a save_prefix must never reach."""
+    if not s3fs_direct.exists("secret"):
+        s3fs_direct.mkdir("secret")
+    yield
+    assert not s3fs_direct.find("secret", refresh=True), "something was written to `secret`"
+
+
+@pytest.mark.parametrize("prefix", ["s3://secret/evil", "../evil", "sub/p", "a\\b", "a::b"])
+def test_save_prefix_cannot_leave_a_url_save_to_dir(s3_images, s3_options, secret_bucket, prefix):
+    url, df = s3_images
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with pytest.raises(ValueError, match="save_prefix"):
+        gen.flow_from_dataframe(df, url, save_to_dir="s3://data/aug-refused", save_prefix=prefix)
+    with pytest.raises(ValueError, match="save_prefix"):
+        gen.flow_from_directory(url, save_to_dir="s3://data/aug-refused", save_prefix=prefix)
+
+
+def test_save_prefix_with_a_url_under_a_local_save_to_dir_is_as_stock(
+    s3_images, s3_options, secret_bucket, tmp_path
+):
+    """Stock joins with `os.path.join`: no such local folder, and nothing written to S3."""
+    url, df = s3_images
+    gen = rk.ImageDataGenerator(storage_options=s3_options, retries=1)
+    kw = dict(target_size=(6, 6), batch_size=2, save_to_dir=str(tmp_path))
+    with gen.flow_from_dataframe(df, url, save_prefix="s3://secret/evil", **kw) as it:
+        with pytest.raises(FileNotFoundError):
+            it[0]
+
+
+def test_a_stalled_save_is_cancelled_and_retried(s3_server, s3_images, s3fs_direct):
+    """The first PUT hangs: it is cut at `timeout_s` and sent again, not waited on for minutes."""
+    url, df = s3_images
+    stall = FaultPlan(1.0, kinds=("stall",), methods=("PUT",), max_faults_per_key=1, stall_s=120)
+    with CountingProxy(s3_server.port, faults=stall) as proxy:
+        options = s3_server.storage_options
+        options["client_kwargs"] = dict(options["client_kwargs"], endpoint_url=proxy.endpoint_url)
+        retries = rk.RetryPolicy(timeout_s=1, backoff_s=0.01, deadline_s=60)
+        gen = rk.ImageDataGenerator(storage_options=options, retries=retries, prefetch_batches=0)
+        target = f"data/aug-{uuid.uuid4().hex[:6]}"
+        kw = dict(target_size=(6, 6), batch_size=1, shuffle=False, save_prefix="p")
+        with gen.flow_from_dataframe(df, url, save_to_dir=f"s3://{target}", **kw) as it:
+            done = threading.Thread(target=it.__getitem__, args=(0,), daemon=True)
+            done.start()
+            done.join(30)  # the stall lasts 120 s; s3fs would wait 60 s (its read timeout)
+            assert not done.is_alive(), "the save waited for the stalled PUT"
+        assert proxy.faults_injected["stall"] == 1
+        assert len(s3fs_direct.ls(target, refresh=True)) == 1
+
+
+def test_an_empty_class_folder_without_a_marker_needs_classes(
+    image_dir, s3_images, s3_options, tmp_path
+):
+    """S3 keeps no empty folder: `classes=[...]` gives stock's classes and labels."""
+    local, _ = image_dir
+    url, _ = s3_images
+    copy = tmp_path / "train"
+    shutil.copytree(local, copy)
+    (copy / "aaa-empty").mkdir()  # sorts first: every label moves by one if it is missed
+    stock = keras_image.ImageDataGenerator().flow_from_directory(str(copy), shuffle=False)
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with gen.flow_from_directory(url, shuffle=False) as missed:
+        assert missed.num_classes == stock.num_classes - 1  # what the store cannot show
+    classes = list(stock.class_indices)
+    with gen.flow_from_directory(url, shuffle=False, classes=classes) as it:
+        assert it.class_indices == stock.class_indices
+        np.testing.assert_array_equal(it.classes, stock.classes)

@@ -23,7 +23,7 @@ from keras.src.legacy.preprocessing import image as keras_image
 from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
 from keras.src.trainers.epoch_iterator import EpochIterator
 
-from remote_keras import batches, errors, resume, sharding, storage
+from remote_keras import batches, errors, presign, resume, sharding, storage
 from remote_keras.cache import DiskCache
 from remote_keras.epochs import BatchPlan, EpochPlanner
 from remote_keras.fetching import Fetcher
@@ -94,6 +94,7 @@ class RemoteBatchMixin(keras_image.Iterator):
             read = self._filepaths[0] if self._filepaths else str(self.directory or "")
             self.loader, self.loader_choice = choose_loader(read, self.options.storage_options)
             self._fetcher.loader = self.loader
+        presign.expect(self.loader, self._filepaths)  # lakeFS: addresses listed ahead of reads
         # Keras's iterators do not forward these to `PyDataset.__init__`.
         self.workers = self.options.workers
         self.use_multiprocessing = self.options.use_multiprocessing
@@ -314,6 +315,7 @@ class RemoteBatchMixin(keras_image.Iterator):
         with self.lock:
             self._prefetcher.clear()
         self._finalizer()
+        presign.close(self.loader)
 
     def __enter__(self):
         return self

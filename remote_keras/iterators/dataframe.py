@@ -7,7 +7,7 @@ import os
 from keras.src.legacy.preprocessing import image as keras_image
 from typing_extensions import Unpack
 
-from remote_keras import errors, listing, records, storage
+from remote_keras import errors, listing, records, saving, storage
 from remote_keras.iterators.base import RemoteBatchMixin
 from remote_keras.options import LoaderOptions, LoaderOverrides
 
@@ -64,6 +64,7 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
         options: LoaderOptions | None = None,
         **overrides: Unpack[LoaderOverrides],
     ):
+        saving.check_save_prefix(save_to_dir, save_prefix)
         self._init_remote(options, overrides)
         if isinstance(dataframe, (str, os.PathLike)):
             dataframe = self._read_table(os.fspath(dataframe))
@@ -104,11 +105,24 @@ class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
             raise data
         return records.read_table_bytes(self.table_url, bytes(data))
 
+    def _path_of(self, filename: str) -> str:
+        """The path or URL read for a row: `..` resolved (`listing.row_url`), lakeFS pinned."""
+        path = self._known_paths.get(filename)
+        if path is None:
+            url = listing.row_url(self.directory, filename)
+            path = self._pinner.pin(url or storage.join(self.directory, filename))
+        return path
+
     def _filter_valid_filepaths(self, df, x_col):
-        """Keeps rows whose file exists, listing remote prefixes instead of one request per row."""
+        """Keeps rows whose file exists, listing remote prefixes instead of one request per row.
+
+        Rows that leave a URL `directory` (`..`), climb above their bucket or
+        name a folder are invalid, like rows whose file does not exist.
+        """
         names = df[x_col].tolist()
-        paths = [self._path_of(name) for name in names]
-        if not any(storage.is_url(path) for path in paths):
+        urls = [listing.row_url(self.directory, name) for name in names]
+        if not any(storage.is_url(url or "://") for url in urls):
             return super()._filter_valid_filepaths(df, x_col)
-        self._known_paths = dict(zip(names, paths))
+        paths = [None if url is None else self._pinner.pin(url) for url in urls]
+        self._known_paths = {n: p for n, p in zip(names, paths) if p is not None}
         return df[listing.valid_rows(self, paths, x_col)]

@@ -7,7 +7,7 @@ import os
 from keras.src.legacy.preprocessing import image as keras_image
 from typing_extensions import Unpack
 
-from remote_keras import listing, storage
+from remote_keras import listing, saving, storage
 from remote_keras.iterators.base import RemoteBatchMixin
 from remote_keras.options import LoaderOptions, LoaderOverrides
 
@@ -47,6 +47,7 @@ class DirectoryIterator(RemoteBatchMixin, keras_image.DirectoryIterator):
         options: LoaderOptions | None = None,
         **overrides: Unpack[LoaderOverrides],
     ):
+        saving.check_save_prefix(save_to_dir, save_prefix)
         self._init_remote(options, overrides)
         arguments = dict(
             target_size=target_size,
