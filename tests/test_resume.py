@@ -143,7 +143,7 @@ def _check_resume(make, tmp_path, interrupt=(1, 5), save_freq=2, **kwargs):
     first, _, _ = _fit(make, backup, interrupt, save_freq=save_freq, **kwargs)
     saved = json.load(open(os.path.join(backup, "training_metadata.json")))["remote_keras"]
     restart = saved["epoch"] * per_epoch + saved["batch"]
-    assert restart < len(first)  # the crash came after the last backup
+    assert restart <= len(first)  # the last backup came before the crash
     second, resumed_weights, resumed = _fit(make, backup, save_freq=save_freq, **kwargs)
     assert first[:restart] == reference[:restart]
     assert second == reference[restart:]
@@ -167,6 +167,19 @@ def test_fit_resumes_at_an_epoch_boundary(image_dir, tmp_path):
     local, df = image_dir
     saved = _check_resume(lambda: _iterator(local, df), tmp_path, save_freq="epoch")
     assert (saved["epoch"], saved["batch"]) == (1, 0)
+
+
+@pytest.mark.parametrize("fit_shuffle", [True, False])
+def test_a_backup_after_an_epochs_last_batch_resumes_at_the_next_epoch(
+    image_dir, tmp_path, fit_shuffle
+):
+    # With a backup every batch, the last one of epoch 1 comes before the epoch ends: all its
+    # batches are consumed, so the restart begins epoch 2 (it used to ask for batch 0 of none).
+    local, df = image_dir
+    saved = _check_resume(
+        lambda: _iterator(local, df), tmp_path, interrupt=(1, 6), save_freq=1, shuffle=fit_shuffle
+    )
+    assert (saved["epoch"], saved["batch"]) == (2, 0)
 
 
 def test_resume_with_threads_and_worker_processes(image_dir, tmp_path):
@@ -345,8 +358,19 @@ def test_sigkill_then_resume_under_jax(image_dir, tmp_path):
     assert resumed == reference[restart:]
 
 
-def test_the_validation_iterator_resumes_too(image_dir, tmp_path):
-    """A shuffled, augmented validation iterator reads each epoch's own order after a resume."""
+@pytest.mark.parametrize(
+    ("interrupt", "save_freq", "resumed_from"),
+    [((1, 5), 2, 1), ((1, 6), 1, 2), ((1, 6), "epoch", 1)],
+    ids=["mid-epoch", "after-the-last-batch", "epoch-end"],
+)
+def test_the_validation_iterator_resumes_too(
+    image_dir, tmp_path, interrupt, save_freq, resumed_from
+):
+    """A shuffled, augmented validation iterator reads each epoch's own order after a resume.
+
+    A backup after an epoch's last batch comes before that epoch's validation pass; the
+    restart (at the next epoch) validates with the order of the pass after the skipped one.
+    """
     local, df = image_dir
 
     def fit(backup=None, interrupt=None):
@@ -356,7 +380,7 @@ def test_the_validation_iterator_resumes_too(image_dir, tmp_path):
         train, validation = _iterator(local, df), _iterator(local, df.iloc[::2])
         callbacks: list = []
         if backup:
-            callbacks.append(rk.BackupAndRestore(backup, save_freq=2))  # finds both
+            callbacks.append(rk.BackupAndRestore(backup, save_freq=save_freq))  # finds both
         if interrupt:
             callbacks.append(StopAt(*interrupt, _interrupt))
         try:
@@ -371,6 +395,6 @@ def test_the_validation_iterator_resumes_too(image_dir, tmp_path):
 
     reference = fit()
     backup = str(tmp_path / "validation")
-    assert fit(backup, (1, 5)) is None
+    assert fit(backup, interrupt) is None
     resumed = fit(backup)
-    assert resumed == reference[1:]  # epochs 2 and 3: same weights, same validation batches
+    assert resumed == reference[resumed_from:]  # same weights, same validation batches
