@@ -65,13 +65,13 @@ def repair(weights_path: str, metadata_path: str) -> None:
         ValueError: The weights match neither the metadata nor a complete
             temporary metadata file (files changed by something else).
     """
-    if _remote(metadata_path) or not (
-        os.path.exists(metadata_path) and os.path.exists(weights_path)
-    ):
+    if _remote(metadata_path) or not os.path.exists(weights_path):
         return
-    recorded = _read_json(metadata_path).get(DIGEST_KEY)
-    if recorded is None:  # a backup written by Keras itself or an older version
-        return
+    recorded = None
+    if os.path.exists(metadata_path):  # missing after a kill in the first save
+        recorded = _read_json(metadata_path).get(DIGEST_KEY)
+        if recorded is None:  # a backup written by Keras itself or an older version
+            return
     actual = _sha256(weights_path)
     if actual == recorded:
         return
@@ -84,6 +84,8 @@ def repair(weights_path: str, metadata_path: str) -> None:
         if complete:
             os.replace(candidate, metadata_path)
             return
+    if recorded is None:
+        return  # weights without metadata that are not this module's: as Keras
     raise ValueError(
         f"The backup in {folder!r} is inconsistent: its weights file (sha256 {actual[:12]}...) "
         f"is not the one its metadata names ({recorded[:12]}...), and no saved metadata "

@@ -170,16 +170,26 @@ def test_fit_resumes_at_an_epoch_boundary(image_dir, tmp_path):
 
 
 @pytest.mark.parametrize("fit_shuffle", [True, False])
-def test_a_backup_after_an_epochs_last_batch_resumes_at_the_next_epoch(
-    image_dir, tmp_path, fit_shuffle
+@pytest.mark.parametrize(
+    ("interrupt", "restart"),
+    [((1, 6), (2, 0)), ((1, 5), (1, 6))],
+    ids=["after-the-last-batch", "one-batch-left"],
+)
+def test_backups_at_the_end_of_an_epoch_resume(
+    image_dir, tmp_path, fit_shuffle, interrupt, restart
 ):
     # With a backup every batch, the last one of epoch 1 comes before the epoch ends: all its
     # batches are consumed, so the restart begins epoch 2 (it used to ask for batch 0 of none).
+    # One batch before, the restart has one batch left (Keras reads two to learn their spec).
     local, df = image_dir
     saved = _check_resume(
-        lambda: _iterator(local, df), tmp_path, interrupt=(1, 6), save_freq=1, shuffle=fit_shuffle
+        lambda: _iterator(local, df),
+        tmp_path,
+        interrupt=interrupt,
+        save_freq=1,
+        shuffle=fit_shuffle,
     )
-    assert (saved["epoch"], saved["batch"]) == (2, 0)
+    assert (saved["epoch"], saved["batch"]) == restart
 
 
 def test_resume_with_threads_and_worker_processes(image_dir, tmp_path):
@@ -398,3 +408,55 @@ def test_the_validation_iterator_resumes_too(
     assert fit(backup, interrupt) is None
     resumed = fit(backup)
     assert resumed == reference[resumed_from:]  # same weights, same validation batches
+
+
+# --------------------------------------------------------------------------- SIGKILL sweep
+
+# A chain of runs of 3 epochs of 3 batches, a backup after every batch: each run resumes the
+# previous one's backup and is killed at the next point, so every training step is killed in
+# turn, and every point of a save: after the weights' temporary file (`weights`), between
+# the weights' and the metadata's renames (`torn`), after the save (`saved`), and each epoch
+# boundary (after the last batch's save and before the epoch's end: `saved`, `epoch_end`).
+# `(global step, phase)`; the next run restarts at the step, or after it once it was saved.
+SWEEP = [(0, "weights"), (0, "torn"), (1, "saved"), (2, "saved"), (3, "torn"), (4, "weights"),
+         (5, "epoch_end"), (6, "saved"), (7, "torn"), (8, "saved")]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_sigkill_at_every_step_and_save_point_then_resume(image_dir, tmp_path):
+    """Every restart continues the uninterrupted run's stream, weights included; none crashes."""
+    local, df = image_dir
+    files = json.dumps(list(df["filename"])[:6])  # 3 batches of 2
+    backup = tmp_path / "backup"
+    base = [sys.executable, os.path.join(ROOT, "tests", "resume_run.py"), "--directory", local,
+            "--files", files, "--backup", str(backup), "--save-freq", "1"]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=ROOT)
+
+    def run(name: str, *extra: str) -> tuple[list[dict], int]:
+        record = str(tmp_path / f"{name}.jsonl")
+        done = subprocess.run(base + ["--record", record, *extra], env=env, timeout=300,
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode in (0, -9), f"{name}: {done.stderr[-3000:]}"
+        lines = [json.loads(line) for line in open(record)] if os.path.exists(record) else []
+        return lines, done.returncode
+
+    reference, _ = run("reference", "--backup", str(tmp_path / "unused"),
+                       "--weights", str(tmp_path / "reference.npz"))  # fmt: skip
+    assert len(reference) == 9
+    restart, leftover = 0, None
+    for step, phase in SWEEP:
+        name = f"kill-{step}-{phase}"
+        record, rc = run(name, "--kill-step", f"{step - restart}:{phase}")
+        assert rc == -9, f"{name} was not killed"
+        assert record == reference[restart : step + 1], name  # batches, augmentation, weights
+        if leftover is not None:  # the killed save's temporary file, removed by this run's save
+            assert not os.path.exists(leftover), name
+        temporaries = sorted(backup.glob(".*.tmp.latest.weights.h5"))
+        leftover = temporaries[0] if phase == "weights" else None
+        assert phase != "weights" or leftover is not None
+        restart = step if phase == "weights" else step + 1
+    record, rc = run("last", "--weights", str(tmp_path / "resumed.npz"))
+    assert rc == 0 and record == reference[restart:]
+    ours, theirs = np.load(tmp_path / "resumed.npz"), np.load(tmp_path / "reference.npz")
+    for key in theirs.files:
+        np.testing.assert_array_equal(ours[key], theirs[key])
