@@ -43,10 +43,13 @@ class RecordingModel(keras.Sequential):
     def train_step(self, *args):  # `(data)`; `(state, data)` on JAX
         data = args[-1]
         x, y = data[0], data[1]
+        # The weights the step starts from (JAX passes them in its state: trainables first).
         line = {
             "rows": [int(v) for v in np.asarray(y)],
             "x": _digest(np.asarray(x)),
-            "w": _digest(*self.get_weights()),
+            "w": _digest(
+                *map(np.asarray, args[0][0] if len(args) > 1 else self.trainable_variables)
+            ),
         }
         self.record.write(json.dumps(line) + "\n")
         self.steps += 1
