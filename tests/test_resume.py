@@ -410,6 +410,44 @@ def test_the_validation_iterator_resumes_too(
     assert resumed == reference[resumed_from:]  # same weights, same validation batches
 
 
+def test_backup_files_complete_a_torn_pair_and_remove_only_their_own_leftovers(tmp_path):
+    from remote_keras import backup_files
+
+    weights, metadata = (
+        str(tmp_path / "latest.weights.h5"),
+        str(tmp_path / "training_metadata.json"),
+    )
+
+    def write(content: bytes):
+        return lambda path: open(path, "wb").write(content)
+
+    backup_files.save(weights, metadata, write(b"one"), {"epoch": 1})
+    others = [tmp_path / ".7.tmp.notes.txt", tmp_path / "notes.txt", tmp_path / ".7.tmp.x.h5"]
+    for path in others:
+        path.write_text("not the backup's")
+    (tmp_path / ".99.tmp.latest.weights.h5").write_bytes(b"killed mid-save")
+    backup_files.save(weights, metadata, write(b"two"), {"epoch": 2})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [
+            ".7.tmp.notes.txt",
+            "notes.txt",
+            ".7.tmp.x.h5",
+            "latest.weights.h5",
+            "training_metadata.json",
+        ]
+    )
+    # A kill between the renames: new weights, old metadata, the new metadata still temporary.
+    torn = str(tmp_path / ".5.tmp.training_metadata.json")
+    backup_files.save(weights, torn, write(b"three"), {"epoch": 3})
+    backup_files.repair(weights, metadata)
+    assert json.load(open(metadata))["epoch"] == 3 and not os.path.exists(torn)
+    backup_files.repair(weights, metadata)  # a consistent pair is left alone
+    assert json.load(open(metadata))["epoch"] == 3
+    open(weights, "wb").write(b"changed by something else")
+    with pytest.raises(ValueError, match="inconsistent"):
+        backup_files.repair(weights, metadata)
+
+
 # --------------------------------------------------------------------------- SIGKILL sweep
 
 # A chain of runs of 3 epochs of 3 batches, a backup after every batch: each run resumes the
