@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import random
 import sys
 import warnings
@@ -24,6 +23,8 @@ from typing import Any, cast
 
 import keras
 from keras.src.utils import file_utils
+
+from remote_keras import backup_files
 
 # Version of the dictionaries `state_dict()` returns.
 STATE_FORMAT = 1
@@ -204,6 +205,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._resumed_epoch: int | None = None  # an epoch resumed mid-way, shorter than others
         self._quiet: Any = None
         self._unclaimed: dict[str, Any] | None = None
+        self._validation_freq: Any = 1
+        backup_files.repair(self._weights_path, self._training_metadata_path)
         saved = self._saved_state()
         if saved is not None and train_iterator is not None:
             self._restore(saved)
@@ -219,6 +222,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         for role, name in (("train", "x"), ("validation", "validation_data")):
             if self._iterators[role] is None and _is_iterator(arguments.get(name)):
                 self._iterators[role] = arguments[name]
+        self._validation_freq = arguments.get("validation_freq", 1)
         # Keras shuffles the batch order of a `PyDataset`, not of a `tf.data.Dataset`.
         self._fit_shuffle = bool(arguments.get("shuffle", True)) and _is_iterator(
             arguments.get("x")
@@ -292,25 +296,43 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         ):
             if self.double_checkpoint and file_utils.exists(current):
                 file_utils.copy(current, previous)
-        if self.save_freq == "epoch" or self._current_epoch != self._epoch_in_progress:
-            epoch, done = self._current_epoch, 0  # at an epoch's end
-        else:
-            epoch, done = self._epoch_in_progress, self._last_batch_seen + 1
+        epoch, done, validated = self._position()
         metadata = {
             "epoch": epoch,
             "batch": self._last_batch_seen,
-            "remote_keras": self._data_state(epoch, done),
+            "remote_keras": self._data_state(epoch, done, validated),
         }
-        _write_atomically(self._weights_path, self.model.save_weights)
-        _write_atomically(
-            self._training_metadata_path,
-            lambda path: _write_text(path, json.dumps(metadata)),
+        backup_files.save(
+            self._weights_path, self._training_metadata_path, self.model.save_weights, metadata
         )
+
+    def _position(self) -> tuple[int, int, bool]:
+        """Where a backup taken now resumes: `(epoch, batches of it done, validated)`.
+
+        An epoch whose batches have all been trained (a backup after its last
+        batch, before its end) resumes at the next epoch's start, as a backup
+        at its end would: Keras cannot run an epoch with no batches left.
+        `validated` tells whether the epoch's validation pass, if it has one,
+        counts as done.
+        """
+        if self.save_freq == "epoch" or self._current_epoch != self._epoch_in_progress:
+            return self._current_epoch, 0, True  # at an epoch's end
+        epoch, done = self._epoch_in_progress, self._last_batch_seen + 1
+        train = self._iterators["train"]
+        if train is not None and done >= len(train):
+            return epoch + 1, 0, False
+        return epoch, done, True
 
     # ---------------------------------------------------------------- state
 
-    def _data_state(self, epoch: int, done: int) -> dict[str, Any]:
+    def _data_state(self, epoch: int, done: int, validated: bool) -> dict[str, Any]:
         train, validation = self._iterators["train"], self._iterators["validation"]
+        validation_state = None
+        if validation is not None:
+            passes = validation.epoch
+            if not validated and _validates(epoch - 1, self._validation_freq):
+                passes += 1  # the pass Keras runs before the epoch ends, skipped on resume
+            validation_state = validation.state_dict(epoch=passes)
         return {
             "format": STATE_FORMAT,
             "epoch": epoch,
@@ -318,7 +340,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             "fit_shuffle": self._fit_shuffle,
             "python_random": json_random_state(self._random_state(epoch)),
             "train": None if train is None else train.state_dict(epoch=epoch, batch=done),
-            "validation": None if validation is None else validation.state_dict(),
+            "validation": validation_state,
         }
 
     def _random_state(self, epoch: int) -> tuple:
@@ -412,17 +434,8 @@ def _fit_arguments(model: Any) -> dict[str, Any]:
     return {}
 
 
-def _write_text(path: str, text: str) -> None:
-    with file_utils.File(path, "w") as f:
-        f.write(text)
-
-
-def _write_atomically(path: str, write: Any) -> None:
-    """Writes with `write(temporary path)`, then renames over `path` (local folders)."""
-    if "://" in path:
-        write(path)
-        return
-    folder, name = os.path.split(path)
-    temporary = os.path.join(folder, f".{os.getpid()}.tmp.{name}")  # keeps `.weights.h5`
-    write(temporary)
-    os.replace(temporary, path)
+def _validates(epoch: int, validation_freq: Any) -> bool:
+    """Whether `fit(validation_freq=...)` validates after epoch `epoch` (from 0)."""
+    if isinstance(validation_freq, int):
+        return (epoch + 1) % validation_freq == 0
+    return epoch + 1 in validation_freq

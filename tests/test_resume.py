@@ -143,7 +143,7 @@ def _check_resume(make, tmp_path, interrupt=(1, 5), save_freq=2, **kwargs):
     first, _, _ = _fit(make, backup, interrupt, save_freq=save_freq, **kwargs)
     saved = json.load(open(os.path.join(backup, "training_metadata.json")))["remote_keras"]
     restart = saved["epoch"] * per_epoch + saved["batch"]
-    assert restart < len(first)  # the crash came after the last backup
+    assert restart <= len(first)  # the last backup came before the crash
     second, resumed_weights, resumed = _fit(make, backup, save_freq=save_freq, **kwargs)
     assert first[:restart] == reference[:restart]
     assert second == reference[restart:]
@@ -167,6 +167,29 @@ def test_fit_resumes_at_an_epoch_boundary(image_dir, tmp_path):
     local, df = image_dir
     saved = _check_resume(lambda: _iterator(local, df), tmp_path, save_freq="epoch")
     assert (saved["epoch"], saved["batch"]) == (1, 0)
+
+
+@pytest.mark.parametrize("fit_shuffle", [True, False])
+@pytest.mark.parametrize(
+    ("interrupt", "restart"),
+    [((1, 6), (2, 0)), ((1, 5), (1, 6))],
+    ids=["after-the-last-batch", "one-batch-left"],
+)
+def test_backups_at_the_end_of_an_epoch_resume(
+    image_dir, tmp_path, fit_shuffle, interrupt, restart
+):
+    # With a backup every batch, the last one of epoch 1 comes before the epoch ends: all its
+    # batches are consumed, so the restart begins epoch 2 (it used to ask for batch 0 of none).
+    # One batch before, the restart has one batch left (Keras reads two to learn their spec).
+    local, df = image_dir
+    saved = _check_resume(
+        lambda: _iterator(local, df),
+        tmp_path,
+        interrupt=interrupt,
+        save_freq=1,
+        shuffle=fit_shuffle,
+    )
+    assert (saved["epoch"], saved["batch"]) == restart
 
 
 def test_resume_with_threads_and_worker_processes(image_dir, tmp_path):
@@ -345,8 +368,19 @@ def test_sigkill_then_resume_under_jax(image_dir, tmp_path):
     assert resumed == reference[restart:]
 
 
-def test_the_validation_iterator_resumes_too(image_dir, tmp_path):
-    """A shuffled, augmented validation iterator reads each epoch's own order after a resume."""
+@pytest.mark.parametrize(
+    ("interrupt", "save_freq", "resumed_from"),
+    [((1, 5), 2, 1), ((1, 6), 1, 2), ((1, 6), "epoch", 1)],
+    ids=["mid-epoch", "after-the-last-batch", "epoch-end"],
+)
+def test_the_validation_iterator_resumes_too(
+    image_dir, tmp_path, interrupt, save_freq, resumed_from
+):
+    """A shuffled, augmented validation iterator reads each epoch's own order after a resume.
+
+    A backup after an epoch's last batch comes before that epoch's validation pass; the
+    restart (at the next epoch) validates with the order of the pass after the skipped one.
+    """
     local, df = image_dir
 
     def fit(backup=None, interrupt=None):
@@ -356,7 +390,7 @@ def test_the_validation_iterator_resumes_too(image_dir, tmp_path):
         train, validation = _iterator(local, df), _iterator(local, df.iloc[::2])
         callbacks: list = []
         if backup:
-            callbacks.append(rk.BackupAndRestore(backup, save_freq=2))  # finds both
+            callbacks.append(rk.BackupAndRestore(backup, save_freq=save_freq))  # finds both
         if interrupt:
             callbacks.append(StopAt(*interrupt, _interrupt))
         try:
@@ -371,6 +405,96 @@ def test_the_validation_iterator_resumes_too(image_dir, tmp_path):
 
     reference = fit()
     backup = str(tmp_path / "validation")
-    assert fit(backup, (1, 5)) is None
+    assert fit(backup, interrupt) is None
     resumed = fit(backup)
-    assert resumed == reference[1:]  # epochs 2 and 3: same weights, same validation batches
+    assert resumed == reference[resumed_from:]  # same weights, same validation batches
+
+
+def test_backup_files_complete_a_torn_pair_and_remove_only_their_own_leftovers(tmp_path):
+    from remote_keras import backup_files
+
+    weights, metadata = (
+        str(tmp_path / "latest.weights.h5"),
+        str(tmp_path / "training_metadata.json"),
+    )
+
+    def write(content: bytes):
+        return lambda path: open(path, "wb").write(content)
+
+    backup_files.save(weights, metadata, write(b"one"), {"epoch": 1})
+    others = [tmp_path / ".7.tmp.notes.txt", tmp_path / "notes.txt", tmp_path / ".7.tmp.x.h5"]
+    for path in others:
+        path.write_text("not the backup's")
+    (tmp_path / ".99.tmp.latest.weights.h5").write_bytes(b"killed mid-save")
+    backup_files.save(weights, metadata, write(b"two"), {"epoch": 2})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [
+            ".7.tmp.notes.txt",
+            "notes.txt",
+            ".7.tmp.x.h5",
+            "latest.weights.h5",
+            "training_metadata.json",
+        ]
+    )
+    # A kill between the renames: new weights, old metadata, the new metadata still temporary.
+    torn = str(tmp_path / ".5.tmp.training_metadata.json")
+    backup_files.save(weights, torn, write(b"three"), {"epoch": 3})
+    backup_files.repair(weights, metadata)
+    assert json.load(open(metadata))["epoch"] == 3 and not os.path.exists(torn)
+    backup_files.repair(weights, metadata)  # a consistent pair is left alone
+    assert json.load(open(metadata))["epoch"] == 3
+    open(weights, "wb").write(b"changed by something else")
+    with pytest.raises(ValueError, match="inconsistent"):
+        backup_files.repair(weights, metadata)
+
+
+# --------------------------------------------------------------------------- SIGKILL sweep
+
+# A chain of runs of 3 epochs of 3 batches, a backup after every batch: each run resumes the
+# previous one's backup and is killed at the next point, so every training step is killed in
+# turn, and every point of a save: after the weights' temporary file (`weights`), between
+# the weights' and the metadata's renames (`torn`), after the save (`saved`), and each epoch
+# boundary (after the last batch's save and before the epoch's end: `saved`, `epoch_end`).
+# `(global step, phase)`; the next run restarts at the step, or after it once it was saved.
+SWEEP = [(0, "weights"), (0, "torn"), (1, "saved"), (2, "saved"), (3, "torn"), (4, "weights"),
+         (5, "epoch_end"), (6, "saved"), (7, "torn"), (8, "saved")]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_sigkill_at_every_step_and_save_point_then_resume(image_dir, tmp_path):
+    """Every restart continues the uninterrupted run's stream, weights included; none crashes."""
+    local, df = image_dir
+    files = json.dumps(list(df["filename"])[:6])  # 3 batches of 2
+    backup = tmp_path / "backup"
+    base = [sys.executable, os.path.join(ROOT, "tests", "resume_run.py"), "--directory", local,
+            "--files", files, "--backup", str(backup), "--save-freq", "1"]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=ROOT)
+
+    def run(name: str, *extra: str) -> tuple[list[dict], int]:
+        record = str(tmp_path / f"{name}.jsonl")
+        done = subprocess.run(base + ["--record", record, *extra], env=env, timeout=300,
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode in (0, -9), f"{name}: {done.stderr[-3000:]}"
+        lines = [json.loads(line) for line in open(record)] if os.path.exists(record) else []
+        return lines, done.returncode
+
+    reference, _ = run("reference", "--backup", str(tmp_path / "unused"),
+                       "--weights", str(tmp_path / "reference.npz"))  # fmt: skip
+    assert len(reference) == 9
+    restart, leftover = 0, None
+    for step, phase in SWEEP:
+        name = f"kill-{step}-{phase}"
+        record, rc = run(name, "--kill-step", f"{step - restart}:{phase}")
+        assert rc == -9, f"{name} was not killed"
+        assert record == reference[restart : step + 1], name  # batches, augmentation, weights
+        if leftover is not None:  # the killed save's temporary file, removed by this run's save
+            assert not os.path.exists(leftover), name
+        temporaries = sorted(backup.glob(".*.tmp.latest.weights.h5"))
+        leftover = temporaries[0] if phase == "weights" else None
+        assert phase != "weights" or leftover is not None
+        restart = step if phase == "weights" else step + 1
+    record, rc = run("last", "--weights", str(tmp_path / "resumed.npz"))
+    assert rc == 0 and record == reference[restart:]
+    ours, theirs = np.load(tmp_path / "resumed.npz"), np.load(tmp_path / "reference.npz")
+    for key in theirs.files:
+        np.testing.assert_array_equal(ours[key], theirs[key])

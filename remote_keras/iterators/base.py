@@ -335,6 +335,13 @@ class RemoteBatchMixin(keras_image.Iterator):
         order: Sequence[int] = range(len(self))
         if pending is not None and pending.epoch == self._epoch:
             order = pending.positions
+        if idx == len(order) and order:
+            # Keras's TF backend reads indices 0 and 1 to infer the batches' spec: an epoch
+            # resumed with one batch left shows that one again (still kept for the epoch).
+            with self.lock:
+                again = self._peeked.get((self._epoch, order[-1]))
+            if again is not None:
+                return again
         if idx >= len(order):
             raise ValueError(
                 f"Asked to retrieve element {idx}, but the Sequence has length {len(order)}"

@@ -1,0 +1,152 @@
+"""The two files of a `BackupAndRestore` backup, kept a consistent pair across kills.
+
+A backup is a weights file and a metadata file (Keras's names and formats). A
+save writes both to temporary files in the backup folder, the metadata holding
+the SHA-256 of the weights it goes with, then renames the weights into place,
+then the metadata. A kill before the first rename leaves the previous pair; a
+kill between the renames leaves new weights beside old metadata, which
+`repair` detects by the digest and completes from the new metadata's
+temporary file (a complete file by then). Temporary files left by killed saves
+are removed by the next save.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+from keras.src.utils import file_utils
+
+# `.<pid>.tmp.<name>`: keeps the name's ending (Keras checks for `.weights.h5`).
+_TEMPORARY = re.compile(r"^\.\d+\.tmp\.(?P<name>.+)$")
+DIGEST_KEY = "weights_sha256"
+
+
+def save(
+    weights_path: str,
+    metadata_path: str,
+    write_weights: Callable[[str], None],
+    metadata: dict[str, Any],
+) -> None:
+    """Writes a backup's weights and metadata so that a kill leaves a pair `repair` restores.
+
+    Args:
+        weights_path: Where the weights go.
+        metadata_path: Where the metadata (JSON) goes; same folder.
+        write_weights: Writes the weights to the path it is given.
+        metadata: The metadata; the weights' digest is added to it.
+    """
+    if _remote(metadata_path):  # no atomic rename on object stores: written in place
+        write_weights(weights_path)
+        _write_text(metadata_path, json.dumps(metadata))
+        return
+    folder = os.path.dirname(metadata_path)
+    remove_leftovers(folder, (weights_path, metadata_path))
+    weights_temporary, metadata_temporary = _temporary(weights_path), _temporary(metadata_path)
+    write_weights(weights_temporary)
+    metadata = dict(metadata, **{DIGEST_KEY: _sha256(weights_temporary)})
+    _write_text(metadata_temporary, json.dumps(metadata))
+    os.replace(weights_temporary, weights_path)
+    os.replace(metadata_temporary, metadata_path)  # the commit point
+
+
+def repair(weights_path: str, metadata_path: str) -> None:
+    """Makes the metadata match the weights again after a kill between a save's two renames.
+
+    Args:
+        weights_path: The backup's weights file.
+        metadata_path: The backup's metadata file.
+
+    Raises:
+        ValueError: The weights match neither the metadata nor a complete
+            temporary metadata file (files changed by something else).
+    """
+    if _remote(metadata_path) or not os.path.exists(weights_path):
+        return
+    recorded = None
+    if os.path.exists(metadata_path):  # missing after a kill in the first save
+        recorded = _read_json(metadata_path).get(DIGEST_KEY)
+        if recorded is None:  # a backup written by Keras itself or an older version
+            return
+    actual = _sha256(weights_path)
+    if actual == recorded:
+        return
+    folder = os.path.dirname(metadata_path)
+    for candidate in _leftovers(folder, (metadata_path,)):
+        try:
+            complete = _read_json(candidate).get(DIGEST_KEY) == actual
+        except (OSError, ValueError):  # killed while it was written
+            continue
+        if complete:
+            os.replace(candidate, metadata_path)
+            return
+    if recorded is None:
+        return  # weights without metadata that are not this module's: as Keras
+    raise ValueError(
+        f"The backup in {folder!r} is inconsistent: its weights file (sha256 {actual[:12]}...) "
+        f"is not the one its metadata names ({recorded[:12]}...), and no saved metadata "
+        "matches it. Were its files changed or copied separately? Delete the folder to "
+        "train from the start."
+    )
+
+
+def remove_leftovers(folder: str, paths: tuple[str, ...]) -> None:
+    """Removes the temporary files of killed saves of `paths` from `folder`.
+
+    Args:
+        folder: The backup folder.
+        paths: The backup's files; only their temporary files are removed.
+    """
+    for leftover in _leftovers(folder, paths):
+        try:
+            os.remove(leftover)
+        except FileNotFoundError:
+            pass
+
+
+def _leftovers(folder: str, paths: tuple[str, ...]) -> list[str]:
+    names = {os.path.basename(path) for path in paths}
+    try:
+        entries = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return []
+    return [
+        os.path.join(folder, entry)
+        for entry in entries
+        if (match := _TEMPORARY.match(entry)) is not None and match["name"] in names
+    ]
+
+
+def _temporary(path: str) -> str:
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{os.getpid()}.tmp.{name}")
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _write_text(path: str, text: str) -> None:
+    if _remote(path):
+        with file_utils.File(path, "w") as f:
+            f.write(text)
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _remote(path: str) -> bool:
+    return "://" in path
