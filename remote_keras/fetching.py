@@ -79,7 +79,7 @@ class Fetcher:
             lambda batch: self._once(batch, executor), paths, self.policy
         )
         self.stats.add(retries=retries)
-        return results
+        return [errors.sanitize(r) if isinstance(r, BaseException) else r for r in results]
 
     def _once(self, paths: list[str], executor: Executor) -> list[Any]:
         """One attempt at every path; failures (and requests past the timeout) returned in place."""

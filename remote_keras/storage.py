@@ -31,13 +31,18 @@ PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
             "max_pool_connections": 256,
             "response_checksum_validation": "when_required",
             # s3fs and botocore each retry up to 5 times, multiplied (25 GETs and 40 s for
-            # one 503; 250 for a stall). remote_keras's own retries replace them.
-            "retries": {"total_max_attempts": 2},
+            # one 503; 250 for a stall), unseen by `stats.retries` and deaf to Retry-After.
+            # remote_keras's own retries replace them (s3fs's loop: `_NO_CLIENT_RETRIES`).
+            "retries": {"total_max_attempts": 1},
             "connect_timeout": 10,
             "read_timeout": 60,
         },
     },
 }
+
+# Filesystems whose own retry loop (an attribute, not an option) is turned off, so that
+# `RetryPolicy` makes every retry, counts it and honours Retry-After.
+_NO_CLIENT_RETRIES = {"s3": "retries", "s3a": "retries"}
 
 # Storage options remote_keras reads itself and never passes to a filesystem.
 OWN_OPTIONS = frozenset({"pre_sign"})  # `remote_keras.presign`
@@ -101,10 +106,16 @@ class FileSystems:
     Args:
         storage_options: Keyword arguments for the filesystems, passed
             through to fsspec as in `fsspec.open(url, **storage_options)`.
+        timeout_s: Seconds a connection or a read of S3 or HTTP may take
+            (`RetryPolicy.timeout_s`), unless `storage_options` set their
+            own; `None`: the clients' defaults.
     """
 
-    def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, storage_options: Mapping[str, Any] | None = None, timeout_s: float | None = None
+    ) -> None:
         self.storage_options = without_own_options(storage_options)
+        self.timeout_s = timeout_s
         self._cache: dict[str, AbstractFileSystem] = {}
         self._pid = os.getpid()
 
@@ -112,15 +123,18 @@ class FileSystems:
         return f"FileSystems(protocols={sorted(self._cache)})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"storage_options": self.storage_options}
+        return {"storage_options": self.storage_options, "timeout_s": self.timeout_s}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        FileSystems.__init__(self, state["storage_options"])
+        FileSystems.__init__(self, state["storage_options"], state.get("timeout_s"))
 
     def _options_for(self, protocol: str) -> dict[str, Any]:
         # A deep copy: botocore adds to the dicts it is given (`retries["mode"]`), which would
         # change the token of every later filesystem, so none would reuse the first one.
         options = copy.deepcopy(PROTOCOL_DEFAULTS.get(protocol, {}))
+        timeouts = _timeouts(protocol, self.timeout_s)
+        for key, value in timeouts.items():
+            options[key] = {**options.get(key, {}), **value}
         for key, value in self.storage_options.items():
             default = options.get(key)
             merge = isinstance(default, dict) and isinstance(value, dict)
@@ -149,6 +163,9 @@ class FileSystems:
             protocol = protocol_of(url)
             options = self.storage_options if chained else self._options_for(protocol)
             fs, path = fsspec.core.url_to_fs(url, **options)
+        attribute = _NO_CLIENT_RETRIES.get(protocol_of(url))
+        if attribute is not None and not chained:
+            setattr(fs, attribute, 1)
         self._cache[key] = fs
         return fs, path
 
@@ -159,6 +176,20 @@ class FileSystems:
             fs, path = self.resolve(url)
             groups[fs].append((position, path))
         return groups
+
+
+def _timeouts(protocol: str, timeout_s: float | None) -> dict[str, dict[str, Any]]:
+    """Storage options that bound a connection and each read by `timeout_s` seconds."""
+    if timeout_s is None:
+        return {}
+    if protocol in ("s3", "s3a"):  # botocore: per connection attempt, and per socket read
+        return {"config_kwargs": {"connect_timeout": timeout_s, "read_timeout": timeout_s}}
+    if protocol in ("http", "https"):  # aiohttp's session, which fsspec's HTTP filesystem opens
+        import aiohttp
+
+        bound = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
+        return {"client_kwargs": {"timeout": bound}}
+    return {}
 
 
 def is_async(fs: AbstractFileSystem) -> bool:
