@@ -200,3 +200,20 @@ def test_a_stalled_read_is_logged_once(
     warnings = [m for m in warnings if "being retried" in m]
     assert len(warnings) == 1, warnings
     assert f"{url}/{df['filename'][0]}" in warnings[0]
+
+
+def test_a_request_queued_behind_others_gets_its_whole_timeout():
+    """With one thread, the third read starts 2.4 s after the batch: not a timeout of 2 s."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from remote_keras.stats import StatsRecorder
+
+    def loader(path):
+        threading.Event().wait(1.2)
+        return path.encode()
+
+    policy = rk.RetryPolicy(attempts=1, timeout_s=2)
+    fetcher = fetching.Fetcher(loader, policy, None, StatsRecorder())
+    with ThreadPoolExecutor(1) as pool:
+        assert fetcher.fetch(["a", "b", "c"], pool) == [b"a", b"b", b"c"]
