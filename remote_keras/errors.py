@@ -64,27 +64,18 @@ _NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "NoAuthentic
 _PERMISSION_ERRORS = {"PermissionDeniedError", "UnauthenticatedError"}
 # urllib3's (lakefs-sdk, requests) and aiohttp's, which do not derive from ConnectionError.
 _CONNECTION_ERRORS = {
-    "MaxRetryError",
-    "NewConnectionError",
-    "ClientConnectorError",
-    "ClientConnectorDNSError",
-    "EndpointConnectionError",  # botocore's, which is not a builtin ConnectionError
-    "ConnectTimeoutError",
-}
+    "MaxRetryError", "NewConnectionError", "ClientConnectorError", "ClientConnectorDNSError",
+    "EndpointConnectionError", "ConnectTimeoutError",  # botocore's are not builtin ones
+}  # fmt: skip
 
 # Query parameter names whose values are secrets: signatures (`X-Amz-Signature`, SAS `sig`),
 # credentials, tokens, passwords and keys (`key`, `api_key`, but not `max-keys`).
 # Clients' names for a request that got no answer in time, or lost its connection mid-way.
 _TIMEOUT_ERRORS = {"ReadTimeoutError", "ReadTimeout", "ServerTimeoutError"}
 _DROPPED_ERRORS = {
-    "ConnectionClosedError",
-    "ServerDisconnectedError",
-    "ClientPayloadError",
-    "ResponseStreamingError",
-    "IncompleteRead",
-    "ProtocolError",
-    "ContentLengthError",
-}
+    "ConnectionClosedError", "ServerDisconnectedError", "ClientPayloadError",
+    "ResponseStreamingError", "IncompleteRead", "ProtocolError", "ContentLengthError",
+}  # fmt: skip
 _HIDDEN_NAMES = (
     r"[\w.-]*(?:signature|token|credential|secret|password|passwd)[\w.-]*"
     r"|sig|key|apikey|[\w.-]*[_-]key"

@@ -20,9 +20,8 @@ _OBSTORE_RETRY: dict[str, Any] = {
     "retry_timeout": timedelta(seconds=10),
     "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=1)},
 }
-# obstore's own default is a 30 s overall timeout and no read timeout. A `RetryPolicy`'s
-# `timeout_s` replaces both (`_timeouts`), so that a stalled request never outlives it: a
-# request cannot be cancelled, and the process waits for its thread at exit.
+# obstore's own default is a 30 s overall timeout. `RetryPolicy.timeout_s` replaces these: a
+# request cannot be cancelled, and a process waits for its thread at exit.
 _OBSTORE_CLIENT: dict[str, Any] = {
     "connect_timeout": timedelta(seconds=5),
     "timeout": timedelta(seconds=60),
