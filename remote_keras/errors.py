@@ -1,14 +1,17 @@
 """Errors raised by remote_keras, and the one place storage errors are translated.
 
 Every error names the URL (or dataframe row) at fault and never a secret, and
-every one pickles (so it crosses Keras's worker processes). Callers catch the
-builtin families they already know:
+every one pickles (so it crosses Keras's worker processes). Every loader raises
+the same types, with a `url` attribute; no message, cause or log record shows
+a URL's user info or secret query values (`scrub`). Callers catch the builtin
+families they already know:
 
 ```text
 OSError
 ├── FileNotFoundError        missing object, prefix, bucket or `directory`
 ├── PermissionError          bad or missing credentials
-├── ConnectionError          the server cannot be reached
+├── ConnectionError          the server cannot be reached, or the connection was lost
+├── TimeoutError             no complete answer within `RetryPolicy.timeout_s`
 └── ImageLoadError           any other failure to read bytes (or retries given up)
 ValueError
 ├── ImageDecodeError         bytes that are not a decodable image
@@ -20,6 +23,7 @@ ImportError
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -59,9 +63,121 @@ _NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "NoAuthentic
 
 _PERMISSION_ERRORS = {"PermissionDeniedError", "UnauthenticatedError"}
 # urllib3's (lakefs-sdk, requests) and aiohttp's, which do not derive from ConnectionError.
-_CONNECTION_ERRORS = {"MaxRetryError", "NewConnectionError", "ClientConnectorError"}
+_CONNECTION_ERRORS = {
+    "MaxRetryError", "NewConnectionError", "ClientConnectorError", "ClientConnectorDNSError",
+    "EndpointConnectionError", "ConnectTimeoutError",  # botocore's are not builtin ones
+}  # fmt: skip
 
-_SECRET_QUERY_KEYS = re.compile(r"(signature|token|key|credential|secret|password|sig)", re.I)
+# Query parameter names whose values are secrets: signatures (`X-Amz-Signature`, SAS `sig`),
+# credentials, tokens, passwords and keys (`key`, `api_key`, but not `max-keys`).
+# Clients' names for a request that got no answer in time, or lost its connection mid-way.
+_TIMEOUT_ERRORS = {"ReadTimeoutError", "ReadTimeout", "ServerTimeoutError"}
+_DROPPED_ERRORS = {
+    "ConnectionClosedError", "ServerDisconnectedError", "ClientPayloadError",
+    "ResponseStreamingError", "IncompleteRead", "ProtocolError", "ContentLengthError",
+}  # fmt: skip
+_HIDDEN_NAMES = (
+    r"[\w.-]*(?:signature|token|credential|secret|password|passwd)[\w.-]*"
+    r"|sig|key|apikey|[\w.-]*[_-]key"
+)
+_SECRET_QUERY_KEYS = re.compile(_HIDDEN_NAMES, re.IGNORECASE)
+# In free text (clients' messages): a URL's user info, and secret-looking query values.
+_USERINFO_IN_TEXT = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"<>]+@")
+_SECRET_PARAM_IN_TEXT = re.compile(
+    rf"(?P<key>[?&;](?:{_HIDDEN_NAMES})=)[^&\s'\"<>#]+", re.IGNORECASE
+)
+# Attributes a stand-in for a redacted client exception keeps: what `retry` classifies by.
+_KEPT_ATTRIBUTES = ("status", "status_code", "response", "retry_after_s")
+
+
+def scrub(text: str) -> str:
+    """Returns `text` with every URL's user info and secret-looking query values masked.
+
+    Args:
+        text: Any message, e.g. a client exception's text, that may quote URLs.
+
+    Returns:
+        The text with `user:password@` and values such as `X-Amz-Signature=...`,
+        `sig=...` or `token=...` replaced by `***`.
+    """
+    text = _USERINFO_IN_TEXT.sub(r"\g<scheme>***@", text)
+    return _SECRET_PARAM_IN_TEXT.sub(r"\g<key>***", text)
+
+
+def sanitize(exc: BaseException) -> BaseException:
+    """Masks secrets in `exc`'s chain (causes and contexts), in place where it can.
+
+    Messages held in `args` (and `OSError`'s `strerror` and `filename`) are
+    scrubbed in place. A link whose text still shows a secret (a client with
+    its own `__str__`) is replaced by a builtin exception of its nearest
+    builtin base holding the scrubbed text (and its `status`), or, as a
+    context, dropped.
+
+    Args:
+        exc: An exception about to reach the user.
+
+    Returns:
+        `exc`, or its stand-in if `exc` itself could not be scrubbed in place.
+    """
+    return _sanitized(exc, set())
+
+
+def _sanitized(exc: BaseException, seen: set[int]) -> BaseException:
+    if id(exc) in seen:
+        return exc
+    seen.add(id(exc))
+    text = str(exc)
+    if scrub(text) != text:
+        _scrub_in_place(exc)
+    if exc.__cause__ is not None:
+        exc.__cause__ = _sanitized(exc.__cause__, seen)
+    context = exc.__context__
+    if context is not None:
+        clean = _sanitized(context, seen)
+        exc.__context__ = clean if clean is context else None
+    text = str(exc)
+    if scrub(text) == text:
+        return exc
+    base = next(c for c in type(exc).__mro__ if c.__module__ == "builtins")
+    message = scrub(text) if base is type(exc) else f"{type(exc).__name__}: {scrub(text)}"
+    try:
+        stand_in = base(message)
+    except Exception:  # a builtin whose constructor wants more than a message
+        stand_in = Exception(message)
+    for name in _KEPT_ATTRIBUTES:
+        if hasattr(exc, name):
+            setattr(stand_in, name, getattr(exc, name))
+    stand_in.__cause__ = exc.__cause__
+    stand_in.__suppress_context__ = True
+    return stand_in
+
+
+def _scrub_in_place(exc: BaseException) -> None:
+    try:
+        exc.args = tuple(scrub(a) if isinstance(a, str) else a for a in exc.args)
+        if isinstance(exc, OSError):
+            for name in ("strerror", "filename", "filename2"):
+                value = getattr(exc, name, None)
+                if isinstance(value, str):
+                    setattr(exc, name, scrub(value))
+    except (AttributeError, TypeError):  # read-only attributes: the stand-in covers them
+        pass
+
+
+class _ScrubbingFilter(logging.Filter):
+    """Masks secrets in the records remote_keras logs (see `scrub`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = scrub(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        return True
+
+
+logger = logging.getLogger("remote_keras")
+if not any(isinstance(f, _ScrubbingFilter) for f in logger.filters):
+    logger.addFilter(_ScrubbingFilter())
 
 
 class _NamesUrl:
@@ -89,8 +205,8 @@ class ImageLoadError(_NamesUrl, OSError):
     seconds: float | None
 
     def __init__(self, url: str, message: str) -> None:
-        super().__init__(message)
-        self.url = url
+        super().__init__(scrub(message))
+        self.url = redact(url)
 
 
 def gave_up(
@@ -117,7 +233,7 @@ def gave_up(
     )
     error.attempts = attempts
     error.seconds = seconds
-    error.__cause__ = cause
+    error.__cause__ = sanitize(cause)
     return error
 
 
@@ -129,8 +245,8 @@ class ImageDecodeError(_NamesUrl, ValueError):
     """
 
     def __init__(self, url: str, message: str) -> None:
-        super().__init__(message)
-        self.url = url
+        super().__init__(scrub(message))
+        self.url = redact(url)
 
 
 class MissingBackendError(ImportError):
@@ -177,7 +293,7 @@ def redact(url: str) -> str:
     query = parts.query
     if query:
         query = "&".join(
-            f"{k}=***" if _SECRET_QUERY_KEYS.search(k) else f"{k}={v}" if sep else k
+            f"{k}=***" if _SECRET_QUERY_KEYS.fullmatch(k) else f"{k}={v}" if sep else k
             for k, sep, v in (item.partition("=") for item in query.split("&"))
         )
     if netloc == parts.netloc and query == parts.query:
@@ -217,8 +333,8 @@ def translate(url: str, exc: BaseException) -> BaseException:
         return exc
     shown = redact(url)
     if isinstance(exc, _BUILTIN_FAMILIES) and shown in str(exc):
-        return exc  # translated already, e.g. by a loader that calls `reading()` itself
-    cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return sanitize(exc)  # translated already, e.g. by a loader that calls `reading()`
+    cause = scrub(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
     kind = type(exc).__name__  # obstore's and lakefs-sdk's errors do not derive from builtins
     status = getattr(exc, "status", None) or getattr(exc, "status_code", None)
     if isinstance(exc, FileNotFoundError) or kind == "NotFoundError" or status in (404, 410):
@@ -229,8 +345,12 @@ def translate(url: str, exc: BaseException) -> BaseException:
         new = PermissionError(f"No credentials found for {shown!r} ({cause}); give them in {where}")
     elif isinstance(exc, PermissionError) or kind in _PERMISSION_ERRORS or status in (401, 403):
         new = PermissionError(f"Access denied to {shown!r} ({cause}); check the credentials")
+    elif isinstance(exc, TimeoutError) or kind in _TIMEOUT_ERRORS:
+        new = TimeoutError(f"Timed out reading {shown!r} ({cause})")
+    elif kind in _DROPPED_ERRORS:
+        new = ConnectionError(f"Connection lost reading {shown!r} ({cause})")
     elif isinstance(exc, ConnectionError) or kind in _CONNECTION_ERRORS:
-        new = ConnectionError(f"Cannot reach the server for {shown!r} ({cause})")
+        new = ConnectionError(f"Cannot reach the server for {shown!r}{_where(exc)} ({cause})")
     elif isinstance(exc, ImportError):
         new = missing_backend(url, exc)
     elif isinstance(exc, ValueError) and "Protocol not known" in str(exc):
@@ -240,8 +360,31 @@ def translate(url: str, exc: BaseException) -> BaseException:
         )
     else:
         new = ImageLoadError(shown, f"Could not read {shown!r}: {cause}")
-    new.__cause__ = exc
+    new.__cause__ = sanitize(exc)
+    if not isinstance(new, (ImageLoadError, ImportError)):
+        new.url = shown  # type: ignore[attr-defined]
     return new
+
+
+def _where(exc: BaseException) -> str:
+    """`" at <endpoint>"`, and whether its host name did not resolve, from a connection error."""
+    from remote_keras import retry  # imports this module
+
+    found = None
+    for link in retry.chain(exc):
+        found = _ENDPOINT_IN_TEXT.search(str(link))
+        if found:
+            break
+    if found is None:
+        return ""
+    endpoint = redact(found.group(0))
+    if retry.is_unknown_host(exc):
+        host = urlsplit(endpoint).hostname
+        return f" at {endpoint}: host name {host!r} did not resolve"
+    return f" at {endpoint}"
+
+
+_ENDPOINT_IN_TEXT = re.compile(r"\b(?:https?|wss?)://[^/\s'\"<>?#]+")
 
 
 @contextmanager
@@ -253,4 +396,4 @@ def reading(url: str) -> Iterator[None]:
         new = translate(url, exc)
         if new is exc:
             raise
-        raise new from exc
+        raise new from new.__cause__

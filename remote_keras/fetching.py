@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -81,20 +81,29 @@ class Fetcher:
             lambda batch: self._once(batch, executor), paths, self.policy
         )
         self.stats.add(retries=retries)
-        return results
+        return [errors.sanitize(r) if isinstance(r, BaseException) else r for r in results]
 
     def _once(self, paths: list[str], executor: Executor) -> list[Any]:
-        """One attempt at every path; failures (and requests past the timeout) returned in place."""
+        """One attempt at every path; failures (and requests past the timeout) returned in place.
+
+        Each request may take `policy.timeout_s` from when a thread starts it,
+        so requests queued behind others in a big batch are not cut short.
+        """
         self.stats.add(requests=len(paths))
         loader = self.loader
         if isinstance(loader, BatchLoader):
             return loader.load_many(paths, executor=executor)
-        futures = [executor.submit(loader, path) for path in paths]
-        deadline = time.monotonic() + self.policy.timeout_s
+        started: list[float | None] = [None] * len(paths)
+
+        def timed(i: int) -> Any:
+            started[i] = time.monotonic()
+            return loader(paths[i])
+
+        futures = [executor.submit(timed, i) for i in range(len(paths))]
         results: list[Any] = []
-        for path, future in zip(paths, futures):
+        for i, (path, future) in enumerate(zip(paths, futures)):
             try:
-                results.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
+                results.append(self._result(future, started, i))
             except FutureTimeout:
                 future.cancel()
                 stalled = TimeoutError(f"no answer within {self.policy.timeout_s} s")
@@ -102,3 +111,15 @@ class Fetcher:
             except Exception as exc:  # raised when the sample is decoded, in order
                 results.append(errors.translate(path, exc))
         return results
+
+    def _result(self, future: Future, started: list[float | None], i: int) -> Any:
+        """`future`'s result, waiting at most `timeout_s` after its request started."""
+        timeout_s = self.policy.timeout_s
+        while True:
+            begun = started[i]
+            wait = timeout_s if begun is None else begun + timeout_s - time.monotonic()
+            try:
+                return future.result(timeout=max(0.0, wait))
+            except FutureTimeout:
+                if begun is not None or started[i] is None and future.cancel():
+                    raise  # stalled, or still queued after a whole timeout: cancelled

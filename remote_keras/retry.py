@@ -20,6 +20,8 @@ fetched again, into the same positions.
 from __future__ import annotations
 
 import dataclasses
+import email.utils
+import logging
 import random
 import re
 import socket
@@ -30,6 +32,10 @@ from typing import Any
 
 from remote_keras import errors
 
+logger = logging.getLogger("remote_keras")
+
+# A file still failing this many seconds after its first attempt is logged (once per batch).
+WARN_AFTER_S = 5.0
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # Exception class names of clients we do not import (aiohttp, urllib3, http.client, botocore).
 _TRANSIENT_NAMES = frozenset(
@@ -74,11 +80,12 @@ _PERMANENT = (FileNotFoundError, PermissionError, errors.ImageDecodeError, error
 # (getaddrinfo's EAI_NONAME / EAI_NODATA in the words of glibc, macOS, Windows, Rust and Go),
 # and a certificate that fails verification. "Temporary failure in name resolution"
 # (EAI_AGAIN) is not among them: it is retried.
-_PERMANENT_TEXT = re.compile(
+_UNKNOWN_HOST_TEXT = re.compile(
     r"Name or service not known|nodename nor servname provided|No address associated with"
-    r" hostname|getaddrinfo failed|no such host|CERTIFICATE_VERIFY_FAILED",
+    r" hostname|getaddrinfo failed|no such host|did not resolve",
     re.IGNORECASE,
 )
+_PERMANENT_TEXT = re.compile(r"CERTIFICATE_VERIFY_FAILED", re.IGNORECASE)
 _PERMANENT_NAMES = frozenset({"ClientConnectorCertificateError", "SSLCertVerificationError"})
 _UNKNOWN_HOST_ERRNOS = frozenset(
     getattr(socket, name) for name in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, name)
@@ -163,7 +170,7 @@ def as_policy(retries: RetryPolicy | int | None) -> RetryPolicy:
     )
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
+def chain(exc: BaseException) -> Iterator[BaseException]:
     """`exc` and the exceptions it was raised from (and urllib3's `reason`), outermost first."""
     seen: set[int] = set()
     pending = [exc]
@@ -178,11 +185,21 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
                 pending.append(linked)
 
 
-def _is_configuration(exc: BaseException) -> bool:
-    """An unknown host or a failed certificate check, anywhere in the chain."""
-    for current in _chain(exc):
+def is_unknown_host(exc: BaseException) -> bool:
+    """Whether DNS said that the host name in `exc`'s chain does not exist."""
+    for current in chain(exc):
         if isinstance(current, socket.gaierror) and current.errno in _UNKNOWN_HOST_ERRNOS:
             return True
+        if _UNKNOWN_HOST_TEXT.search(str(current)):
+            return True
+    return False
+
+
+def _is_configuration(exc: BaseException) -> bool:
+    """An unknown host or a failed certificate check, anywhere in the chain."""
+    if is_unknown_host(exc):
+        return True
+    for current in chain(exc):
         if isinstance(current, ssl.SSLCertVerificationError):
             return True
         if type(current).__name__ in _PERMANENT_NAMES or _PERMANENT_TEXT.search(str(current)):
@@ -204,7 +221,7 @@ def is_transient(exc: BaseException) -> bool:
     """
     if _is_configuration(exc):
         return False
-    for current in _chain(exc):
+    for current in chain(exc):
         if isinstance(current, _PERMANENT):
             return False
         if isinstance(current, (ConnectionError, TimeoutError)):
@@ -226,6 +243,65 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds the server asked to wait (`Retry-After`), from anywhere in `exc`'s chain.
+
+    Read from a `retry_after_s` attribute (set by remote_keras's obstore
+    errors), botocore's `ClientError.response` headers, or a `headers`
+    mapping (aiohttp's `ClientResponseError`).
+
+    Args:
+        exc: A failed read.
+
+    Returns:
+        The delay in seconds, or `None` if the server gave none.
+    """
+    for current in chain(exc):
+        given = getattr(current, "retry_after_s", None)
+        if isinstance(given, (int, float)):
+            return max(0.0, float(given))
+        headers = getattr(current, "headers", None)
+        response = getattr(current, "response", None)
+        if isinstance(response, dict):
+            headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", headers)
+        value = _header(headers, "retry-after")
+        if value is not None:
+            return parse_retry_after(value)
+    return None
+
+
+def _header(headers: Any, name: str) -> str | None:
+    """A header's value from a dict or multidict, whatever the case of its name."""
+    if not hasattr(headers, "items"):
+        return None
+    for key, value in headers.items():
+        if isinstance(key, str) and key.lower() == name:
+            return str(value)
+    return None
+
+
+def parse_retry_after(value: str, now: float | None = None) -> float | None:
+    """Seconds from a `Retry-After` value: a number of seconds or an HTTP date.
+
+    Args:
+        value: The header's value.
+        now: For tests: the current time in seconds since the epoch.
+
+    Returns:
+        Non-negative seconds, or `None` if the value is neither.
+    """
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when - (time.time() if now is None else now))
+
+
 def fetch_with_retries(
     fetch: Callable[[list[str]], list[Any]],
     paths: Sequence[str],
@@ -243,6 +319,11 @@ def fetch_with_retries(
         sleep: For tests.
         clock: For tests: monotonic seconds.
 
+    A retry waits the backoff of `policy`, or longer where the server asked
+    (`Retry-After`), never past the deadline. Files still failing
+    `WARN_AFTER_S` seconds after the first attempt are logged once, at
+    WARNING, on the `remote_keras` logger.
+
     Returns:
         `(results, retries)`: the results in order, transient failures that
         could not be recovered replaced by an `ImageLoadError` naming the
@@ -255,6 +336,7 @@ def fetch_with_retries(
     budget = policy.budget
     rng = random.Random()  # noqa: S311 - jitter only, never influences which data is read
     retries = 0
+    warned = False
     while budget is None or budget > 0:
         again = [
             i
@@ -265,10 +347,17 @@ def fetch_with_retries(
         ]
         if budget is not None:
             again = again[:budget]
-        remaining = policy.deadline_s - (clock() - start)
+        elapsed = clock() - start
+        remaining = policy.deadline_s - elapsed
         if not again or remaining <= 0:
             break
-        sleep(min(remaining, policy.delay(max(attempts[i] for i in again), rng)))
+        if not warned and elapsed >= WARN_AFTER_S:
+            warned = True
+            _warn_slow(paths, again, results, elapsed)
+        delay = policy.delay(max(attempts[i] for i in again), rng)
+        asked = [retry_after(results[i]) for i in again]
+        delay = max([delay, *(a for a in asked if a is not None)])
+        sleep(min(remaining, delay))
         for i, result in zip(again, fetch([paths[i] for i in again])):
             results[i] = result
             attempts[i] += 1
@@ -280,3 +369,20 @@ def fetch_with_retries(
         if isinstance(result, BaseException) and is_transient(result):
             results[i] = errors.gave_up(paths[i], attempts[i], result, seconds=spent)
     return results, retries
+
+
+def _warn_slow(
+    paths: Sequence[str], failing: list[int], results: list[Any], elapsed: float
+) -> None:
+    """Logs, once per batch, that reads have stalled or failed for `elapsed` seconds."""
+    first = failing[0]
+    others = f" (and {len(failing) - 1} more file(s))" if len(failing) > 1 else ""
+    cause = results[first]
+    logger.warning(
+        "Reading %s%s has failed for %.1f s and is being retried: %s: %s",
+        errors.redact(paths[first]),
+        others,
+        elapsed,
+        type(cause).__name__,
+        errors.scrub(str(cause)),
+    )

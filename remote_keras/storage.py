@@ -31,13 +31,18 @@ PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
             "max_pool_connections": 256,
             "response_checksum_validation": "when_required",
             # s3fs and botocore each retry up to 5 times, multiplied (25 GETs and 40 s for
-            # one 503; 250 for a stall). remote_keras's own retries replace them.
+            # one 503; 250 for a stall). Listings keep botocore's one retry; reads make none
+            # (`_reading_options`): remote_keras retries them, counted, after Retry-After.
             "retries": {"total_max_attempts": 2},
             "connect_timeout": 10,
             "read_timeout": 60,
         },
     },
 }
+
+# Filesystems whose own retry loop (an attribute, not an option) is turned off for reads, so
+# that `RetryPolicy` makes every retry, counts it and honours Retry-After.
+_NO_CLIENT_RETRIES = {"s3": "retries", "s3a": "retries"}
 
 # Storage options remote_keras reads itself and never passes to a filesystem.
 OWN_OPTIONS = frozenset({"pre_sign"})  # `remote_keras.presign`
@@ -101,10 +106,18 @@ class FileSystems:
     Args:
         storage_options: Keyword arguments for the filesystems, passed
             through to fsspec as in `fsspec.open(url, **storage_options)`.
+        timeout_s: For the filesystems a loader reads through: seconds a
+            connection or a read of S3 or HTTP may take
+            (`RetryPolicy.timeout_s`), and no retries by s3fs or botocore, as
+            `RetryPolicy` makes them; options in `storage_options` win.
+            `None` (listing): the clients' timeouts and retries.
     """
 
-    def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, storage_options: Mapping[str, Any] | None = None, timeout_s: float | None = None
+    ) -> None:
         self.storage_options = without_own_options(storage_options)
+        self.timeout_s = timeout_s
         self._cache: dict[str, AbstractFileSystem] = {}
         self._pid = os.getpid()
 
@@ -112,15 +125,17 @@ class FileSystems:
         return f"FileSystems(protocols={sorted(self._cache)})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"storage_options": self.storage_options}
+        return {"storage_options": self.storage_options, "timeout_s": self.timeout_s}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        FileSystems.__init__(self, state["storage_options"])
+        FileSystems.__init__(self, state["storage_options"], state.get("timeout_s"))
 
     def _options_for(self, protocol: str) -> dict[str, Any]:
         # A deep copy: botocore adds to the dicts it is given (`retries["mode"]`), which would
         # change the token of every later filesystem, so none would reuse the first one.
         options = copy.deepcopy(PROTOCOL_DEFAULTS.get(protocol, {}))
+        for key, value in _reading_options(protocol, self.timeout_s).items():
+            options[key] = {**options.get(key, {}), **value}
         for key, value in self.storage_options.items():
             default = options.get(key)
             merge = isinstance(default, dict) and isinstance(value, dict)
@@ -149,6 +164,9 @@ class FileSystems:
             protocol = protocol_of(url)
             options = self.storage_options if chained else self._options_for(protocol)
             fs, path = fsspec.core.url_to_fs(url, **options)
+        attribute = _NO_CLIENT_RETRIES.get(protocol_of(url))
+        if attribute is not None and not chained and self.timeout_s is not None:
+            setattr(fs, attribute, 1)
         self._cache[key] = fs
         return fs, path
 
@@ -159,6 +177,21 @@ class FileSystems:
             fs, path = self.resolve(url)
             groups[fs].append((position, path))
         return groups
+
+
+def _reading_options(protocol: str, timeout_s: float | None) -> dict[str, dict[str, Any]]:
+    """Options bounding a connection and each socket read by `timeout_s`; no client retries."""
+    if timeout_s is None:
+        return {}
+    if protocol in ("s3", "s3a"):
+        bound = {"connect_timeout": timeout_s, "read_timeout": timeout_s}
+        return {"config_kwargs": {**bound, "retries": {"total_max_attempts": 1}}}
+    if protocol in ("http", "https"):  # aiohttp's session, which fsspec's HTTP filesystem opens
+        import aiohttp
+
+        limit = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
+        return {"client_kwargs": {"timeout": limit}}
+    return {}
 
 
 def is_async(fs: AbstractFileSystem) -> bool:

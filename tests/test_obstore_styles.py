@@ -273,7 +273,7 @@ def test_wrong_port_is_a_fast_one_line_connection_error(s3_server, obj):
     error, seconds = read_failure(
         rk.ObstoreLoader(top_level(s3_server, f"http://127.0.0.1:{port}")), url
     )
-    assert isinstance(error, ConnectionError) and isinstance(error, rk.ImageLoadError), error
+    assert type(error) is ConnectionError, repr(error)  # the builtin, as from the fsspec loader
     assert seconds < 5, seconds
     assert_one_short_line(error, url)
     assert f"connection refused: 127.0.0.1:{port}" in str(error)
@@ -361,10 +361,12 @@ def test_dns_failures_keep_the_resolvers_words(resolver, transient):
     )
     error = one_line_error("s3://b/k", GenericError(text))
     assert isinstance(error, ConnectionError)
-    assert str(error) == (
-        "Cannot reach the server for 's3://b/k' "
-        f"(DNS lookup of no-such-host.example failed: {resolver})"
+    said = (
+        f"DNS lookup of no-such-host.example failed: {resolver}"
+        if transient
+        else f"host name 'no-such-host.example' did not resolve: {resolver}"
     )
+    assert str(error) == f"Cannot reach the server for 's3://b/k' ({said})"
     assert retry.is_transient(error) is transient
 
 
@@ -414,4 +416,5 @@ def test_flow_from_dataframe_wrong_port_fails_fast_in_one_line(s3_server, s3_ima
     assert time.monotonic() - start < 5
     assert_one_short_line(info.value, f"{url}/{df['filename'][0]}")
     assert "after 3 attempt(s)" in str(info.value)
-    assert "ConnectionRefusedError: connection refused: 127.0.0.1:" in str(info.value)
+    assert "last error: ConnectionError: Cannot reach the server for" in str(info.value)
+    assert "(connection refused: 127.0.0.1:" in str(info.value)

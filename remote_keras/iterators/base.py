@@ -56,7 +56,8 @@ class RemoteBatchMixin(keras_image.Iterator):
         self.shard = sharding.resolve(opts.num_shards, opts.shard_index, opts.shard_remainder)
         self._planner = EpochPlanner(self, self.shard)
         self.filesystems = storage.FileSystems(opts.storage_options)
-        self.loader = make_loader(opts.loader, opts.storage_options)  # "auto": set in _finish_init
+        timeout_s = opts.retry_policy.timeout_s  # "auto": the loader is set in _finish_init
+        self.loader = make_loader(opts.loader, opts.storage_options, timeout_s)
         self.loader_choice = "given" if callable(opts.loader) else str(opts.loader)
         cache = opts.cache_dir
         self.cache = DiskCache(cache, opts.cache_max_bytes) if cache is not None else None
@@ -92,7 +93,9 @@ class RemoteBatchMixin(keras_image.Iterator):
         self._known_paths = {}
         if self.options.loader == "auto":
             read = self._filepaths[0] if self._filepaths else str(self.directory or "")
-            self.loader, self.loader_choice = choose_loader(read, self.options.storage_options)
+            self.loader, self.loader_choice = choose_loader(
+                read, self.options.storage_options, self.options.retry_policy.timeout_s
+            )
             self._fetcher.loader = self.loader
         presign.expect(self.loader, self._filepaths)  # lakeFS: addresses listed ahead of reads
         # Keras's iterators do not forward these to `PyDataset.__init__`.

@@ -31,7 +31,7 @@ __all__ = [
     "make_loader",
 ]
 
-LOADERS: dict[str, Callable[[Mapping[str, Any] | None], Loader]] = {
+LOADERS: dict[str, Callable[..., Loader]] = {
     "fsspec": FsspecLoader,
     "obstore": ObstoreLoader,
 }
@@ -40,19 +40,24 @@ LOADERS: dict[str, Callable[[Mapping[str, Any] | None], Loader]] = {
 LOADER_NAMES = ("auto", *LOADERS)
 
 
-def make_loader(loader: Loader | str | None, storage_options: Mapping[str, Any] | None) -> Loader:
+def make_loader(
+    loader: Loader | str | None,
+    storage_options: Mapping[str, Any] | None,
+    timeout_s: float | None = None,
+) -> Loader:
     """Returns `loader` itself, or builds the named one (`"fsspec"`, `"obstore"`).
 
     `"auto"` builds the fsspec loader here; iterators then call
-    `choose_loader` once they know what they read.
+    `choose_loader` once they know what they read. `timeout_s` bounds each
+    request of a named loader (`RetryPolicy.timeout_s`).
 
     Raises:
         TypeError: `loader` is neither callable nor a known name.
     """
     if loader is None or loader == "auto":
-        return FsspecLoader(storage_options)
+        return FsspecLoader(storage_options, timeout_s)
     if isinstance(loader, str) and loader in LOADERS:
-        return LOADERS[loader](storage_options)
+        return LOADERS[loader](storage_options, timeout_s)
     if callable(loader):
         return loader
     raise TypeError(

@@ -38,12 +38,15 @@ _AWS_SHARED_FILES = (
 )
 
 
-def choose_loader(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Loader, str]:
+def choose_loader(
+    url: str, storage_options: Mapping[str, Any] | None, timeout_s: float | None = None
+) -> tuple[Loader, str]:
     """The loader `loader="auto"` reads `url` (and its siblings) with, and why.
 
     Args:
         url: A path or URL the iterator reads (its folder, or its first file).
         storage_options: The iterator's storage options.
+        timeout_s: Seconds one request may take (`RetryPolicy.timeout_s`).
 
     Returns:
         `(loader, reason)`: an `ObstoreLoader` or a `FsspecLoader`, and one
@@ -52,10 +55,10 @@ def choose_loader(url: str, storage_options: Mapping[str, Any] | None) -> tuple[
     protocol = storage.protocol_of(url) if storage.is_url(url) else "file"
     why_not = _why_not_obstore(url, protocol, storage_options or {})
     if why_not is None:
-        loader: Loader = ObstoreLoader(storage_options)
+        loader: Loader = ObstoreLoader(storage_options, timeout_s)
         reason = f"obstore for {protocol}://"
     else:
-        loader, reason = FsspecLoader(storage_options), f"fsspec: {why_not}"
+        loader, reason = FsspecLoader(storage_options, timeout_s), f"fsspec: {why_not}"
     logger.debug("loader='auto' reads %s:// with %s", protocol, reason)
     return loader, reason
 

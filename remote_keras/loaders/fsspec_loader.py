@@ -25,10 +25,15 @@ class FsspecLoader:
             `"pre_sign"` (`None`, `True` or `False`) is remote_keras's own:
             whether `lakefs://` reads use presigned URLs (see
             `remote_keras.presign`).
+        timeout_s: Seconds a connection or read of S3 or HTTP may take
+            (iterators pass `RetryPolicy.timeout_s`); `None`: the clients'
+            defaults. Timeouts in `storage_options` win.
     """
 
-    def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
-        self.filesystems = storage.FileSystems(storage_options)
+    def __init__(
+        self, storage_options: Mapping[str, Any] | None = None, timeout_s: float | None = None
+    ) -> None:
+        self.filesystems = storage.FileSystems(storage_options, timeout_s)
         self.presigned = PresignedReader(presign_mode(storage_options))
 
     def __repr__(self) -> str:

@@ -20,7 +20,8 @@ _OBSTORE_RETRY: dict[str, Any] = {
     "retry_timeout": timedelta(seconds=10),
     "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=1)},
 }
-# obstore's own default is a 30 s overall timeout and no read timeout.
+# obstore's own default is a 30 s overall timeout. `RetryPolicy.timeout_s` replaces these: a
+# request cannot be cancelled, and a process waits for its thread at exit.
 _OBSTORE_CLIENT: dict[str, Any] = {
     "connect_timeout": timedelta(seconds=5),
     "timeout": timedelta(seconds=60),
@@ -118,6 +119,7 @@ def translate_options(
     options: dict[str, Any],
     bucket: str = "",
     environ: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
 ) -> _ObstoreSettings:
     """Translates fsspec-style storage options into obstore's settings for one bucket.
 
@@ -127,6 +129,8 @@ def translate_options(
         bucket: The bucket, for virtual-hosted requests to a custom endpoint.
         environ: Where `AWS_*` variables (and `STORAGE_EMULATOR_HOST`) are read;
             `os.environ` by default.
+        timeout_s: Seconds one request (connection and whole body) may take;
+            `config_kwargs` `connect_timeout` / `read_timeout` win.
 
     Returns:
         obstore's config, client options, retry config and explicit credentials.
@@ -136,6 +140,10 @@ def translate_options(
     """
     options = dict(options)
     settings = _ObstoreSettings({}, dict(_OBSTORE_CLIENT), dict(_OBSTORE_RETRY))
+    if timeout_s is not None:
+        bound = timedelta(seconds=timeout_s)
+        settings.client_options["timeout"] = bound
+        settings.client_options["connect_timeout"] = min(bound, _OBSTORE_CLIENT["connect_timeout"])
     environ = os.environ if environ is None else environ
     if protocol in ("gs", "gcs"):
         _gcs_options(options, settings, environ)

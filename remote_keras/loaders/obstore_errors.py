@@ -1,4 +1,12 @@
-"""obstore's failures cut to one line naming the URL, as builtin error families."""
+"""obstore's failures cut to one line naming the URL, as the builtin families fsspec's loader uses.
+
+The types are those `errors.translate` gives the fsspec loader's failures:
+`FileNotFoundError`, `PermissionError`, `ConnectionError`, `TimeoutError`, and
+`ImageLoadError` for the rest, so that `except` clauses and `type(error)`
+do not depend on the loader. Each carries `status` (the HTTP status, if one
+came back), `detail` (the first line of obstore's message, for debugging)
+and, when the server asked to wait, `retry_after_s`.
+"""
 
 from __future__ import annotations
 
@@ -7,37 +15,8 @@ from urllib.parse import urlsplit
 
 from remote_keras import errors, retry
 
-
-class _ObstoreError(errors.ImageLoadError):
-    """An obstore failure cut to one line; `status` is the HTTP status, if one came back.
-
-    Attributes:
-        detail: The first line of obstore's own message, for debugging.
-    """
-
-    def __init__(self, url: str, message: str, status: int | None = None) -> None:
-        super().__init__(url, message)
-        self.status = status
-        self.detail = ""
-
-
-class _ObstoreNotFoundError(_ObstoreError, FileNotFoundError):
-    """The object does not exist (HTTP 404)."""
-
-
-class _ObstorePermissionError(_ObstoreError, PermissionError):
-    """The credentials were refused (HTTP 401, 403)."""
-
-
-class _ObstoreConnectionError(_ObstoreError, ConnectionError):
-    """The server could not be reached, or dropped the connection (retried)."""
-
-
-class _ObstoreTimeoutError(_ObstoreError, TimeoutError):
-    """No complete answer in time (retried)."""
-
-
 _STATUS = re.compile(r"status(?: code)?: (\d{3})\b")
+_RETRY_AFTER = re.compile(r"retry-after\W{1,4}(\d{1,6})\b", re.IGNORECASE)
 _S3_CODE = re.compile(r"<Code>([^<]{1,80})</Code>")
 _S3_MESSAGE = re.compile(r"<Message>([^<]{1,160})</Message>")
 _REQUEST_URL = re.compile(r"Error performing \w+ (\S+)")
@@ -60,7 +39,7 @@ _DROPPED = re.compile(
 )
 
 
-def one_line_error(url: str, exc: BaseException) -> errors.ImageLoadError:
+def one_line_error(url: str, exc: BaseException) -> OSError:
     """Cuts an obstore exception to one line naming `url`, in the family it belongs to.
 
     obstore's messages hold a many-line Rust debug dump; only a few facts of it
@@ -74,8 +53,8 @@ def one_line_error(url: str, exc: BaseException) -> errors.ImageLoadError:
         exc: What obstore raised.
 
     Returns:
-        An `ImageLoadError` that is also a `FileNotFoundError`, `PermissionError`,
-        `ConnectionError` or `TimeoutError` where one applies.
+        A `FileNotFoundError`, `PermissionError`, `ConnectionError`,
+        `TimeoutError` or `ImageLoadError`, with `status` and `detail` attributes.
     """
     shown = errors.redact(url)
     text = str(exc)
@@ -86,16 +65,13 @@ def one_line_error(url: str, exc: BaseException) -> errors.ImageLoadError:
     http = " ".join(filter(None, [f"HTTP {status}" if status else "", code and code.group(1)]))
     where = _address(text)
     cause: BaseException | None = None
-    error: _ObstoreError | None = None
+    error: OSError | None = None
     if isinstance(exc, FileNotFoundError) or kind == "NotFoundError" or status in (404, 410):
-        error = _ObstoreNotFoundError(
-            shown, f"No such file or object: {shown!r} ({http or 'not found'})", status or 404
-        )
+        error = FileNotFoundError(f"No such file or object: {shown!r} ({http or 'not found'})")
+        status = status or 404
     elif kind in ("PermissionDeniedError", "UnauthenticatedError") or status in (401, 403):
         reason = http or "credentials refused"
-        error = _ObstorePermissionError(
-            shown, f"Access denied to {shown!r} ({reason}); check the credentials", status
-        )
+        error = PermissionError(f"Access denied to {shown!r} ({reason}); check the credentials")
     elif status is not None:
         message = _S3_MESSAGE.search(text)
         permanent = status < 500 and status not in retry.TRANSIENT_STATUS
@@ -103,21 +79,25 @@ def one_line_error(url: str, exc: BaseException) -> errors.ImageLoadError:
         what = {408: "Request timeout for", 429: "Too many requests for"}.get(
             status, "Server error for" if status >= 500 else "Could not read"
         )
-        error = _ObstoreError(shown, f"{what} {shown!r} ({reason})", status)
-        cause = OSError(reason) if retry.is_transient(error) else None
+        error = errors.ImageLoadError(shown, f"{what} {shown!r} ({reason})")
+        cause = OSError(reason) if status in retry.TRANSIENT_STATUS else None
     elif _TLS.search(text):
-        error = _ObstoreError(shown, f"TLS certificate of {where} rejected for {shown!r}")
+        error = errors.ImageLoadError(shown, f"TLS certificate of {where} rejected for {shown!r}")
     elif _DNS.search(text):  # the resolver's words tell an unknown host from a flaky lookup
         found = _RESOLVER_SAYS.search(text)
         said = f": {found.group(1).strip()}" if found else ""
-        cause = ConnectionError(f"DNS lookup of {where.rsplit(':', 1)[0]} failed{said}")
+        host = where.rsplit(":", 1)[0]
+        if retry.is_unknown_host(exc):
+            cause = ConnectionError(f"host name {host!r} did not resolve{said}")
+        else:
+            cause = ConnectionError(f"DNS lookup of {host} failed{said}")
     elif _REFUSED.search(text):
         cause = ConnectionRefusedError(f"connection refused: {where}")
     elif _TIMED_OUT.search(text):
         found = _ELAPSED.search(text)
         within = f" within {float(found.group(1)) * _UNITS[found.group(2)]:.1f} s" if found else ""
         cause = TimeoutError(f"no complete answer from {where}{within}")
-        error = _ObstoreTimeoutError(shown, f"Timed out reading {shown!r} ({cause})")
+        error = TimeoutError(f"Timed out reading {shown!r} ({cause})")
     elif _CONNECT.search(text):
         cause = ConnectionError(f"cannot connect to {where}")
     elif _DROPPED.search(text) or retry.is_transient(exc):
@@ -126,13 +106,19 @@ def one_line_error(url: str, exc: BaseException) -> errors.ImageLoadError:
         else:
             phrase = f"{first_line(exc).rsplit(': ', 1)[-1][:80]} to {where}"
         cause = ConnectionResetError(phrase)
-        error = _ObstoreConnectionError(shown, f"Connection lost reading {shown!r} ({cause})")
+        error = ConnectionError(f"Connection lost reading {shown!r} ({cause})")
     else:
-        error = _ObstoreError(shown, f"Could not read {shown!r} ({kind}: {first_line(exc)})")
+        reason = f"{kind}: {first_line(exc)}"
+        error = errors.ImageLoadError(shown, f"Could not read {shown!r} ({reason})")
     if error is None:
-        error = _ObstoreConnectionError(shown, f"Cannot reach the server for {shown!r} ({cause})")
+        error = ConnectionError(f"Cannot reach the server for {shown!r} ({cause})")
     error.__cause__ = cause
-    error.detail = first_line(exc)
+    error.url = shown  # type: ignore[attr-defined]
+    error.status = status  # type: ignore[attr-defined]
+    error.detail = errors.scrub(first_line(exc))  # type: ignore[attr-defined]
+    after = _RETRY_AFTER.search(text)
+    if after:
+        error.retry_after_s = float(after.group(1))  # type: ignore[attr-defined]
     return error
 
 

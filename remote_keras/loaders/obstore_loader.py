@@ -63,10 +63,11 @@ class ObstoreLoader:
     `s3_additional_kwargs`) raises a `ValueError` naming it: use the fsspec
     loader for those. Other keys go to obstore's configuration as they are.
 
-    Failures are one line naming the URL: `FileNotFoundError`,
-    `PermissionError`, `ConnectionError` (refused, unreachable, dropped),
-    `TimeoutError`, all of them also `ImageLoadError`s. obstore does not retry
-    by itself: `RetryPolicy` retries the transient failures.
+    Failures are one line naming the URL, of the builtin types the fsspec
+    loader raises: `FileNotFoundError`, `PermissionError`, `ConnectionError`
+    (refused, unreachable, dropped), `TimeoutError`, else `ImageLoadError`.
+    obstore does not retry by itself: `RetryPolicy` retries the transient
+    failures.
 
     Args:
         storage_options: The same fsspec-style options as for s3fs / gcsfs /
@@ -74,23 +75,33 @@ class ObstoreLoader:
             `STORAGE_EMULATOR_HOST`) and `token`; for Azure, adlfs's
             `connection_string`, `account_host`, `sas_token` and `anon`. Other
             keys go to obstore's configuration as they are.
+        timeout_s: Seconds one request may take (iterators pass
+            `RetryPolicy.timeout_s`), unless `config_kwargs` set
+            `connect_timeout` or `read_timeout`; `None`: 60 s.
     """
 
     PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
 
-    def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, storage_options: Mapping[str, Any] | None = None, timeout_s: float | None = None
+    ) -> None:
         self.storage_options = storage.without_own_options(storage_options)
-        self._fallback = FsspecLoader(storage_options)
+        self.timeout_s = timeout_s
+        self._fallback = FsspecLoader(storage_options, timeout_s)
         self._stores: dict[tuple[int, str, str], Any] = {}
 
     def __repr__(self) -> str:
         return "ObstoreLoader()"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"storage_options": self.storage_options, "fallback": self._fallback}
+        return {
+            "storage_options": self.storage_options,
+            "timeout_s": self.timeout_s,
+            "fallback": self._fallback,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        ObstoreLoader.__init__(self, state["storage_options"])
+        ObstoreLoader.__init__(self, state["storage_options"], state.get("timeout_s"))
         self._fallback = state["fallback"]
 
     def __call__(self, path: str) -> bytes:
@@ -120,7 +131,9 @@ class ObstoreLoader:
         cache_key = (os.getpid(), protocol, bucket)  # clients do not survive a fork
         store = self._stores.get(cache_key)
         if store is None:
-            settings = translate_options(protocol, self.storage_options, bucket)
+            settings = translate_options(
+                protocol, self.storage_options, bucket, timeout_s=self.timeout_s
+            )
             store = open_store(f"{protocol}://{bucket}", settings)
             self._stores[cache_key] = store
         return store, key
