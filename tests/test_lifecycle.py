@@ -91,3 +91,31 @@ def test_idle_iterators_release_threads_and_connections(s3_server, s3_images, lo
     finally:
         for it in kept:
             it.close()
+
+
+def test_pools_are_not_released_while_work_runs():
+    pools = prefetch.WorkerPools(2, 2, 1, idle_s=0.05)
+    release = threading.Event()
+    checks = []
+    future = pools.get("batch").submit(release.wait, 30)
+    try:
+        for _ in range(5):  # the idle timer fires meanwhile and finds work running
+            threading.Event().wait(0.1)
+            checks.append(pools.releases)
+        assert checks == [0] * 5 and not future.done()
+    finally:
+        release.set()
+    assert future.result() is True
+    assert _eventually(lambda: pools.releases == 1)
+    pools.close()
+
+
+def test_a_pool_released_while_idle_still_takes_work():
+    pools = prefetch.WorkerPools(2, 2, 1, idle_s=0.05)
+    old = pools.get("fetch")
+    assert _eventually(lambda: pools.releases == 1)
+    assert old.submit(lambda: 42).result() == 42  # a caller holding the old pool
+    assert list(old.map(abs, [-1, -2])) == [1, 2]
+    pools.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        old.submit(abs, -1)
