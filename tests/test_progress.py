@@ -16,6 +16,11 @@ def immediate_bars(monkeypatch):
     monkeypatch.setattr(progress, "REFRESH_S", 0.1)
 
 
+@pytest.fixture
+def terminal(monkeypatch):
+    monkeypatch.setattr(progress, "_redraws", lambda: True)
+
+
 def test_listing_a_prefix_shows_a_bar_counting_objects(
     immediate_bars, s3_images, s3_options, capsys
 ):
@@ -30,7 +35,7 @@ def test_listing_a_prefix_shows_a_bar_counting_objects(
 
 
 def test_a_slow_listing_keeps_the_bar_ticking(
-    immediate_bars, monkeypatch, s3_images, s3_options, capsys
+    immediate_bars, terminal, monkeypatch, s3_images, s3_options, capsys
 ):
     url, _ = s3_images
     real_find = storage.find
@@ -44,6 +49,23 @@ def test_a_slow_listing_keeps_the_bar_ticking(
         pass
     err = capsys.readouterr().err
     assert err.count(f"Listing {url}") >= 4  # redrawn with the elapsed time while it waits
+
+
+def test_a_bar_written_to_a_file_is_not_redrawn(
+    immediate_bars, monkeypatch, s3_images, s3_options, capsys
+):
+    url, _ = s3_images
+    real_find = storage.find
+
+    def slow_find(*args, **kwargs):
+        time.sleep(1.0)
+        return real_find(*args, **kwargs)
+
+    monkeypatch.setattr(storage, "find", slow_find)
+    with rk.ImageDataGenerator(storage_options=s3_options).flow_from_directory(url):
+        pass
+    err = capsys.readouterr().err  # not a terminal: what a log file gets
+    assert 1 <= err.count(f"Listing {url}") <= 2  # its first and final state, no ticking
 
 
 def test_checking_a_dataframe_shows_a_bar_with_a_total(

@@ -23,7 +23,7 @@ from keras.src.legacy.preprocessing import image as keras_image
 from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
 from keras.src.trainers.epoch_iterator import EpochIterator
 
-from remote_keras import batches, errors, presign, resume, sharding, storage
+from remote_keras import batches, errors, presign, resume, sharding, storage, workers
 from remote_keras.cache import DiskCache
 from remote_keras.epochs import BatchPlan, EpochPlanner
 from remote_keras.fetching import Fetcher
@@ -117,11 +117,19 @@ class RemoteBatchMixin(keras_image.Iterator):
         opts = self.options
         self.lock = threading.Lock()
         self._pid = os.getpid()
+        ref = weakref.ref(self)  # the pools' idle timer must not keep the iterator alive
+
+        def when_idle() -> None:
+            iterator = ref()
+            if iterator is not None:
+                iterator._release_clients()
+
         self._pools = WorkerPools(
-            opts.prefetch_batches + 2, opts.max_in_flight, opts.decode_workers
+            opts.prefetch_batches + 2, opts.max_in_flight, opts.decode_workers, on_idle=when_idle
         )
         self._prefetcher = Prefetcher(self._pools, opts.prefetch_batches)
         self._finalizer = weakref.finalize(self, self._pools.close)
+        workers.track(self, opts.use_multiprocessing)  # fork safety of Keras's worker processes
 
     def _ensure_process(self) -> None:
         """After `fork`, the parent's threads, futures and lock holders do not exist here."""
@@ -314,11 +322,23 @@ class RemoteBatchMixin(keras_image.Iterator):
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Stops the background threads; the iterator cannot load batches afterwards."""
+        """Stops the background threads and closes connections; returns at once.
+
+        Requests in flight finish in the background. The iterator cannot load
+        batches afterwards.
+        """
         with self.lock:
             self._prefetcher.clear()
         self._finalizer()
         presign.close(self.loader)
+        workers.untrack(self)
+        self._release_clients()
+
+    def _release_clients(self) -> None:
+        """Drops the loader's clients, closing their connections (a read opens new ones)."""
+        close = getattr(self.loader, "close", None)
+        if self.loader_choice != "given" and callable(close):
+            close()
 
     def __enter__(self):
         return self

@@ -55,6 +55,14 @@ class FsspecLoader:
                 return lakefs.get_object(fs, path) if data is None else data
             return fs.cat_file(inner)
 
+    def close(self) -> None:
+        """Drops this loader's references to its filesystems; a later read resolves them again.
+
+        The filesystems themselves stay open: fsspec shares one instance (and its
+        connections) between every user of the same options.
+        """
+        self.filesystems = storage.FileSystems(self.filesystems.storage_options)
+
     def load_many(
         self, paths: Sequence[str], executor: Executor | None = None
     ) -> list[bytes | BaseException]:

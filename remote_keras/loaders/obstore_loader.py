@@ -125,6 +125,11 @@ class ObstoreLoader:
             error = one_line_error(path, exc)
         raise error  # outside `except`: obstore's many-line error is not chained
 
+    def close(self) -> None:
+        """Drops the clients, closing their connections; a later read opens new ones."""
+        self._stores = {}
+        self._fallback.close()
+
     def _store_for(self, url: str) -> tuple[Any, str]:
         protocol, rest = url.split("://", 1)
         bucket, _, key = rest.partition("/")
