@@ -48,6 +48,7 @@ _MODULES = {
     "read_lakefs_ref": "remote_keras.records",
     "read_table": "remote_keras.records",
     "write_data_version": "remote_keras.records",
+    "WorkerDiedError": "remote_keras.workers",
 }
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     from remote_keras.retry import RetryPolicy
     from remote_keras.sharding import Shard
     from remote_keras.stats import LoaderStats
+    from remote_keras.workers import WorkerDiedError
 
 try:
     __version__ = version("remote-keras")
@@ -94,6 +96,7 @@ __all__ = [
     "ObstoreLoader",
     "RetryPolicy",
     "Shard",
+    "WorkerDiedError",
     "decode_image",
     "pin_url",
     "pinned_urls",
