@@ -149,7 +149,7 @@ def _from_tf_strategy() -> tuple[int, int] | None:
 
 
 def _from_keras_distribution() -> tuple[int, int] | None:
-    if "keras" not in sys.modules:
+    if sys.modules.get("keras") is None:  # only if the program uses Keras already
         return None
     from keras import distribution
 
