@@ -27,7 +27,7 @@ if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "y
 _MODULES = {
     "BackupAndRestore": "remote_keras.resume",
     "DataFrameIterator": "remote_keras.iterators",
-    "DataVersionCallback": "remote_keras.records",
+    "DataVersionCallback": "remote_keras.callbacks",
     "DirectoryIterator": "remote_keras.iterators",
     "EpochInputReport": "remote_keras.callbacks",
     "FsspecLoader": "remote_keras.loaders",
@@ -54,13 +54,12 @@ _MODULES = {
 if TYPE_CHECKING:
     from keras.src.legacy.preprocessing.image import Iterator, NumpyArrayIterator
 
-    from remote_keras.callbacks import EpochInputReport, InputStallCallback
+    from remote_keras.callbacks import DataVersionCallback, EpochInputReport, InputStallCallback
     from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
     from remote_keras.generator import ImageDataGenerator
     from remote_keras.iterators import DataFrameIterator, DirectoryIterator
     from remote_keras.loaders import FsspecLoader, ObstoreLoader, decode_image
     from remote_keras.records import (
-        DataVersionCallback,
         pin_url,
         pinned_urls,
         read_lakefs_ref,

@@ -19,8 +19,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from keras.src.utils import file_utils
-
 # `.<pid>.tmp.<name>`: keeps the name's ending (Keras checks for `.weights.h5`).
 _TEMPORARY = re.compile(r"^\.\d+\.tmp\.(?P<name>.+)$")
 DIGEST_KEY = "weights_sha256"
@@ -31,6 +29,7 @@ def save(
     metadata_path: str,
     write_weights: Callable[[str], None],
     metadata: dict[str, Any],
+    open_file: Callable[[str, str], Any] = open,
 ) -> None:
     """Writes a backup's weights and metadata so that a kill leaves a pair `repair` restores.
 
@@ -39,10 +38,13 @@ def save(
         metadata_path: Where the metadata (JSON) goes; same folder.
         write_weights: Writes the weights to the path it is given.
         metadata: The metadata; the weights' digest is added to it.
+        open_file: `(path, mode) -> file` that opens a remote (`://`) metadata
+            path for writing (Keras: `keras.src.utils.file_utils.File`).
     """
     if _remote(metadata_path):  # no atomic rename on object stores: written in place
         write_weights(weights_path)
-        _write_text(metadata_path, json.dumps(metadata))
+        with open_file(metadata_path, "w") as f:
+            f.write(json.dumps(metadata))
         return
     folder = os.path.dirname(metadata_path)
     remove_leftovers(folder, (weights_path, metadata_path))
@@ -140,10 +142,6 @@ def _read_json(path: str) -> dict[str, Any]:
 
 
 def _write_text(path: str, text: str) -> None:
-    if _remote(path):
-        with file_utils.File(path, "w") as f:
-            f.write(text)
-        return
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
 

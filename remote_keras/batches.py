@@ -1,25 +1,55 @@
 """Building one batch: fetch its files, decode and augment them on threads, pair them with labels.
 
-The functions take the iterator, whose Keras attributes (`color_mode`,
-`target_size`, `class_mode`, `classes`, `save_to_dir`, ...) they read at
-each call, as Keras's own `_get_batches_of_transformed_samples` does.
+The functions take the iterator (a Keras iterator, or a `reader.BatchReader`),
+whose attributes they read at each call, as Keras's own
+`_get_batches_of_transformed_samples` does: `filepaths`, `image_shape`,
+`dtype`, `data_format`, `color_mode`, `target_size`, `interpolation`,
+`keep_aspect_ratio`, `class_mode`, `classes`, `class_indices`, `labels`,
+`sample_weight`, `save_to_dir` (with `save_prefix`, `save_format`),
+`options`, `epoch` and the private `_fetcher`, `_pools`, `_stats`, `_skips`.
+What Keras adds (its `floatx`, the `ImageDataGenerator`'s transforms and
+`standardize`) comes from `it.batch_pixels()`, a `Pixels`: this module
+imports neither Keras nor TensorFlow.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from keras import backend
-from keras.src.legacy.preprocessing import image as keras_image
-from keras.src.utils import image_utils
 
 from remote_keras import saving
+from remote_keras.decoding import array_to_img, img_to_array
 from remote_keras.epochs import BatchPlan
 from remote_keras.loaders import decode_image
 
 Batch = Any  # `x`, `(x, y)` or `(x, y, sample_weight)`
+
+
+@dataclasses.dataclass(frozen=True)
+class Pixels:
+    """How a decoded image becomes its row of the batch; the front decides it per batch.
+
+    Attributes:
+        floatx: The dtype images become arrays in (Keras: `keras.backend.floatx()`).
+        augment: `(x, transform) -> x`, run on every sample that has a
+            transform (Keras: `apply_transform`, then `standardize`); `None`
+            for none.
+        direct: Whether a sample whose transform is `identity` (or `None`)
+            may skip `augment`: its pixels go into the batch multiplied by
+            `rescale` only, which must then be what `augment` would compute.
+        rescale: The factor of the direct path, for samples with a transform.
+        identity: The transform that changes nothing.
+    """
+
+    floatx: Any = "float32"
+    augment: Callable[[np.ndarray, Any], np.ndarray] | None = None
+    direct: bool = True
+    rescale: float | None = None
+    identity: Mapping[str, Any] | None = None
 
 
 def load(it: Any, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
@@ -40,12 +70,15 @@ def load(it: Any, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
         if not paths:
             return plan, batch_x
         decode_pool = it._pools.get("decode")
-        direct = _writes_direct(it)
+        pixels = it.batch_pixels()
+        direct = _writes_direct(it, pixels)
         futures = []
         for i, data in enumerate(it._fetcher.fetch(paths, it._pools.get("fetch"))):
             transform = plan.transforms[i] if plan.transforms is not None else None
             futures.append(
-                decode_pool.submit(_sample, it, data, paths[i], transform, batch_x[i], direct)
+                decode_pool.submit(
+                    _sample, it, data, paths[i], transform, batch_x[i], pixels, direct
+                )
             )
         kept = []
         try:
@@ -65,45 +98,30 @@ def load(it: Any, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
     return plan.keep(kept), batch_x[kept]
 
 
-# What `ImageDataGenerator.get_random_transform` draws when the generator has no random
-# augmentation: `apply_transform` then returns its input unchanged.
-_IDENTITY = {
-    "theta": 0, "tx": 0, "ty": 0, "shear": 0, "zx": 1, "zy": 1,
-    "flip_horizontal": False, "flip_vertical": False,
-    "channel_shift_intensity": None, "brightness": None,
-}  # fmt: skip
-_STANDARDIZE_STEPS = (
-    "preprocessing_function", "samplewise_center", "samplewise_std_normalization",
-    "featurewise_center", "featurewise_std_normalization", "zca_whitening",
-)  # fmt: skip
-
-
-def _writes_direct(it: Any) -> bool:
+def _writes_direct(it: Any, pixels: Pixels) -> bool:
     """Whether a decoded image may go straight into the batch, with at most a rescale.
 
-    True when the result is provably what stock Keras computes: channels last, the
-    batch in `floatx` (the dtype `img_to_array` gives), and a generator whose
-    `standardize` would only multiply by a Python number and whose `apply_transform`
-    is Keras's own (an identity transform is then skipped per sample).
+    True when the result is provably what the general path computes: channels
+    last, the batch in `pixels.floatx` (the dtype `img_to_array` gives), and
+    the front allows it (`pixels.direct`).
     """
-    if it.data_format != "channels_last" or np.dtype(it.dtype) != np.dtype(backend.floatx()):
-        return False
-    generator = it.image_data_generator
-    if generator is None:
-        return True
-    stock = keras_image.ImageDataGenerator
     return (
-        type(generator).standardize is stock.standardize
-        and type(generator).apply_transform is stock.apply_transform
-        and not any(getattr(generator, step, None) for step in _STANDARDIZE_STEPS)
-        and type(generator.rescale) in (int, float, type(None))
+        pixels.direct
+        and it.data_format == "channels_last"
+        and np.dtype(it.dtype) == np.dtype(pixels.floatx)
     )
 
 
 def _sample(
-    it: Any, data: Any, path: str, transform: dict | None, out: np.ndarray, direct: bool
+    it: Any,
+    data: Any,
+    path: str,
+    transform: Any,
+    out: np.ndarray,
+    pixels: Pixels,
+    direct: bool,
 ) -> None:
-    """Decodes one image, applies the generator's transform and standardization into `out`.
+    """Decodes one image, applies its transform and standardization (`pixels`) into `out`.
 
     With `direct` (see `_writes_direct`) and an identity transform, the 8-bit pixels
     are converted and rescaled into `out` in one step: the same float32 arithmetic
@@ -122,22 +140,20 @@ def _sample(
             keep_aspect_ratio=it.keep_aspect_ratio,
             jpeg_draft=it.options.jpeg_draft,
         )
-        generator = it.image_data_generator
-        identity = transform is None or transform == _IDENTITY
+        identity = transform is None or transform == pixels.identity
         if direct and identity and img.mode in ("L", "RGB", "RGBA"):
-            pixels = np.asarray(img)
-            if pixels.ndim == 2:
-                pixels = pixels[..., None]
-            rescale = generator.rescale if generator and transform is not None else None
+            values = np.asarray(img)
+            if values.ndim == 2:
+                values = values[..., None]
+            rescale = pixels.rescale if transform is not None else None
             if rescale:
-                np.multiply(pixels, rescale, out=out, dtype=out.dtype)
+                np.multiply(values, rescale, out=out, dtype=out.dtype)
             else:
-                np.copyto(out, pixels)
+                np.copyto(out, values)
         else:
-            x = image_utils.img_to_array(img, data_format=it.data_format)
-            if generator and transform is not None:
-                x = generator.apply_transform(x, transform)
-                x = generator.standardize(x)
+            x = img_to_array(img, it.data_format, pixels.floatx)
+            if pixels.augment is not None and transform is not None:
+                x = pixels.augment(x, transform)
             out[...] = x
         if hasattr(img, "close"):
             img.close()
@@ -174,7 +190,8 @@ def assemble(it: Any, plan: BatchPlan, batch_x: np.ndarray) -> Batch:
 
 def _save(it: Any, plan: BatchPlan, batch_x: np.ndarray) -> None:
     hashes = plan.save_hashes or [0] * len(plan.indices)
-    images = [image_utils.array_to_img(x, it.data_format, scale=True) for x in batch_x]
+    floatx = it.batch_pixels().floatx
+    images = [array_to_img(x, it.data_format, scale=True, dtype=floatx) for x in batch_x]
     names = [
         f"{it.save_prefix}_{j}_{hashes[i]}.{it.save_format}" for i, j in enumerate(plan.indices)
     ]

@@ -1,14 +1,16 @@
-"""`InputStallCallback`: how long training waited for input, per epoch."""
+"""Keras callbacks: `InputStallCallback` (time waited for input), `DataVersionCallback`."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import keras
 
+from remote_keras import records
 from remote_keras.stats import LoaderStats
 
 
@@ -147,3 +149,50 @@ def _difference(now: LoaderStats, before: LoaderStats, elapsed_s: float) -> Load
         images_per_s=images / elapsed_s if elapsed_s else 0.0,
         load_images_per_s=images / load_s if load_s else 0.0,
     )
+
+
+class DataVersionCallback(keras.callbacks.Callback):
+    """Writes the data versions an iterator reads when training starts.
+
+    The JSON record lists the lakeFS commits and the paths read at each; next
+    to it, one `.lakefs_ref.yaml` per folder read (see `write_data_version`).
+    Put them next to the model's checkpoints: `pinned_urls(filepath)` gives
+    back the URLs that read exactly the same data.
+
+    Args:
+        iterators: One iterator or a list (e.g. training and validation).
+        filepath: Where to write, e.g. `"checkpoints/data_version.json"`.
+            Folders are created; URLs (`lakefs://`, `s3://`, ...) are
+            written through fsspec.
+        storage_options: Options for writing to a URL; by default the first
+            iterator's `storage_options` (its lakeFS credentials).
+        lakefs_refs: Whether to write the `.lakefs_ref.yaml` files too.
+
+    Example:
+
+    ```python
+    train = gen.flow_from_directory("lakefs://images/main/train")
+    model.fit(train, callbacks=[
+        keras.callbacks.ModelCheckpoint("ckpt/model.keras"),
+        DataVersionCallback(train, "ckpt/data_version.json"),
+    ])
+    ```
+    """
+
+    def __init__(
+        self,
+        iterators: Any,
+        filepath: str | os.PathLike,
+        storage_options: Mapping[str, Any] | None = None,
+        lakefs_refs: bool = True,
+    ) -> None:
+        super().__init__()
+        self.iterators = records._as_list(iterators)
+        self.filepath = os.fspath(filepath)
+        self.storage_options = storage_options
+        self.lakefs_refs = lakefs_refs
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        records.write_data_version(
+            self.iterators, self.filepath, self.storage_options, lakefs_refs=self.lakefs_refs
+        )

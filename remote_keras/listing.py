@@ -1,6 +1,6 @@
-"""What a dataset holds: remote folders listed into Keras's attributes, dataframe rows checked.
+"""What a dataset holds: remote folders listed into classes, dataframe rows checked.
 
-`init_from_listing` is Keras's `DirectoryIterator.__init__` fed by one
+`list_classes` is what Keras's `DirectoryIterator.__init__` finds, from one
 listing instead of `os.walk` (`storage.walk_files`: the class folders in
 parallel, keys only); `valid_rows` is `_filter_valid_filepaths` for URLs,
 listing parent folders instead of one request per row
@@ -18,45 +18,42 @@ from typing import Any
 
 import fsspec
 import numpy as np
-from keras.src import backend
-from keras.src.legacy.preprocessing import image as keras_image
-from keras.src.utils import io_utils
 
 from remote_keras import errors, existence, lakefs, listing_cache, storage
 from remote_keras.loaders import FsspecLoader, ObstoreLoader
 from remote_keras.progress import progress_bar
 
+# The file extensions Keras's iterators read (their `white_list_formats`).
+IMAGE_FORMATS = ("png", "jpg", "jpeg", "bmp", "ppm", "tif", "tiff")
 
-def init_from_listing(it: Any, directory: str, image_data_generator: Any, **kw: Any) -> None:
-    """Sets up `it` as Keras's `DirectoryIterator.__init__` does, from one listing of `directory`.
 
-    Classes, file order (sorted as `os.walk` would give them), `subset` splits
-    and the `Found N images belonging to K classes.` message are stock. A
-    folder-marker object (`name/`, zero bytes, as the S3 console, MinIO and
-    lakeFS make) makes `name` a class even when empty, as an empty local
-    folder does; an empty folder without one is invisible to a listing.
+def list_classes(
+    it: Any,
+    directory: str,
+    classes: list[str] | None = None,
+    split: tuple[float, float] | None = None,
+) -> tuple[list[str], np.ndarray, dict[str, int]]:
+    """Lists `directory`'s class folders as Keras's `DirectoryIterator.__init__` walks them.
+
+    Classes, file order (sorted as `os.walk` would give them) and `subset`
+    splits are stock. A folder-marker object (`name/`, zero bytes, as the S3
+    console, MinIO and lakeFS make) makes `name` a class even when empty, as
+    an empty local folder does; an empty folder without one is invisible to
+    a listing. Reads `it.options`, `it.filesystems`, `it._pinner`,
+    `it.image_data_generator` and `it.subset` (to share the listing between
+    subsets) and `it.white_list_formats` (default `IMAGE_FORMATS`); sets
+    `it._known_paths` for a lakeFS folder.
+
+    Args:
+        it: The iterator (or `reader.BatchReader`) the listing is for.
+        directory: The folder's URL.
+        classes: The class folders to read, in label order; by default all, sorted.
+        split: The `(start, stop)` fractions of each class's files to keep.
+
+    Returns:
+        `(filenames, labels, class_indices)`: file names relative to
+        `directory`, their labels as `int32`, and the classes' indices.
     """
-    data_format = kw["data_format"] or backend.image_data_format()
-    it.set_processing_attrs(
-        image_data_generator,
-        kw["target_size"],
-        kw["color_mode"],
-        data_format,
-        kw["save_to_dir"],
-        kw["save_prefix"],
-        kw["save_format"],
-        kw["subset"],
-        kw["interpolation"],
-        kw["keep_aspect_ratio"],
-    )
-    it.directory = directory
-    if kw["class_mode"] not in it.allowed_class_modes:
-        raise ValueError(
-            f"Invalid class_mode: {kw['class_mode']}; expected one of: {it.allowed_class_modes}"
-        )
-    it.class_mode = kw["class_mode"]
-    it.dtype = kw["dtype"] or backend.floatx()
-
     pinned = it._pinner.pin(directory)
     with progress_bar(f"Listing {errors.redact(directory)}", it.options.progress, "objects") as bar:
         entries = _tree(it, pinned, bar)
@@ -67,26 +64,22 @@ def init_from_listing(it: Any, directory: str, image_data_generator: Any, **kw: 
             by_class.setdefault(top, [])
             if rest and not rest.endswith("/"):
                 by_class[top].append(entry)
-    classes = list(kw["classes"] or sorted(by_class))
-    it.num_classes = len(classes)
-    it.class_indices = dict(zip(classes, range(len(classes))))
-
-    it.filenames = []
+    names = list(classes or sorted(by_class))
+    class_indices = dict(zip(names, range(len(names))))
+    formats = tuple(getattr(it, "white_list_formats", IMAGE_FORMATS))
+    filenames: list[str] = []
     labels: list[int] = []
-    for name in classes:
-        files = ordered_like_os_walk(by_class.get(name, []), it.white_list_formats)
-        if it.split:
-            start, stop = int(it.split[0] * len(files)), int(it.split[1] * len(files))
+    for name in names:
+        files = ordered_like_os_walk(by_class.get(name, []), formats)
+        if split:
+            start, stop = int(split[0] * len(files)), int(split[1] * len(files))
             files = files[start:stop]
-        it.filenames += files
-        labels += [it.class_indices[name]] * len(files)
-    it.samples = len(it.filenames)
+        filenames += files
+        labels += [class_indices[name]] * len(files)
     if lakefs.is_lakefs(pinned):  # every path is in the pinned folder (pinning each is slow)
         base = pinned.rstrip("/") + "/"
-        it._known_paths = {name: base + name for name in it.filenames}
-    it.classes = np.asarray(labels, dtype="int32")
-    io_utils.print_msg(f"Found {it.samples} images belonging to {it.num_classes} classes.")
-    keras_image.Iterator.__init__(it, it.samples, kw["batch_size"], kw["shuffle"], kw["seed"])
+        it._known_paths = {name: base + name for name in filenames}
+    return filenames, np.asarray(labels, dtype="int32"), class_indices
 
 
 def _tree(it: Any, url: str, bar: Any) -> list[str]:
@@ -130,7 +123,7 @@ def ordered_like_os_walk(files: list[str], formats: tuple[str, ...]) -> list[str
                 warnings.warn(
                     'Using ".tiff" files with multiple bands will cause distortion. '
                     "Please verify your output.",
-                    stacklevel=3,
+                    stacklevel=4,
                 )
     kept = [path for path in files if path.lower().endswith(formats)]
     if all(path.count("/") == 1 for path in kept):  # one folder: by name
@@ -152,7 +145,7 @@ def valid_rows(it: Any, paths: list[str | None], x_col: str) -> np.ndarray:
     ) as bar:
         found = iter(_existing(it, asked, bar))
     exists = [path is not None and next(found) for path in paths]
-    formats = it.white_list_formats
+    formats = tuple(getattr(it, "white_list_formats", IMAGE_FORMATS))
     mask = np.array(
         [ok and str(path).lower().endswith(formats) for path, ok in zip(paths, exists)],
         dtype=bool,

@@ -1,6 +1,7 @@
 """Data-version records: what a run read, written next to its checkpoints, read back to rerun it.
 
-`write_data_version` (and `DataVersionCallback`, at the start of `fit`)
+`write_data_version` (and `remote_keras.callbacks.DataVersionCallback`, at
+the start of `fit`)
 writes a JSON record of the lakeFS commits the iterators read, each entry
 naming the paths read at it, and, per folder, a `.lakefs_ref.yaml` in the
 format of `lakectl local` (`src`, `at_head`). `pinned_urls` turns either
@@ -22,59 +23,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-import keras
-
 from remote_keras import errors, lakefs, storage
 
 REF_FILE = ".lakefs_ref.yaml"  # the file `lakectl local` keeps in a folder it manages
 _PARQUET = (".parquet", ".pq", ".parq")
-
-
-class DataVersionCallback(keras.callbacks.Callback):
-    """Writes the data versions an iterator reads when training starts.
-
-    The JSON record lists the lakeFS commits and the paths read at each; next
-    to it, one `.lakefs_ref.yaml` per folder read (see `write_data_version`).
-    Put them next to the model's checkpoints: `pinned_urls(filepath)` gives
-    back the URLs that read exactly the same data.
-
-    Args:
-        iterators: One iterator or a list (e.g. training and validation).
-        filepath: Where to write, e.g. `"checkpoints/data_version.json"`.
-            Folders are created; URLs (`lakefs://`, `s3://`, ...) are
-            written through fsspec.
-        storage_options: Options for writing to a URL; by default the first
-            iterator's `storage_options` (its lakeFS credentials).
-        lakefs_refs: Whether to write the `.lakefs_ref.yaml` files too.
-
-    Example:
-
-    ```python
-    train = gen.flow_from_directory("lakefs://images/main/train")
-    model.fit(train, callbacks=[
-        keras.callbacks.ModelCheckpoint("ckpt/model.keras"),
-        DataVersionCallback(train, "ckpt/data_version.json"),
-    ])
-    ```
-    """
-
-    def __init__(
-        self,
-        iterators: Any,
-        filepath: str | os.PathLike,
-        storage_options: Mapping[str, Any] | None = None,
-        lakefs_refs: bool = True,
-    ) -> None:
-        super().__init__()
-        self.iterators = _as_list(iterators)
-        self.filepath = os.fspath(filepath)
-        self.storage_options = storage_options
-        self.lakefs_refs = lakefs_refs
-
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        write_data_version(
-            self.iterators, self.filepath, self.storage_options, lakefs_refs=self.lakefs_refs
-        )
 
 
 def write_data_version(
@@ -380,3 +332,12 @@ def _read(path: str, storage_options: Mapping[str, Any] | None) -> bytes:
     from remote_keras.loaders import FsspecLoader
 
     return FsspecLoader(storage_options)(path)
+
+
+def __getattr__(name: str) -> Any:
+    """`DataVersionCallback`, a Keras callback, lives in `remote_keras.callbacks`."""
+    if name == "DataVersionCallback":
+        from remote_keras import callbacks
+
+        return callbacks.DataVersionCallback
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

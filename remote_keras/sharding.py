@@ -149,7 +149,7 @@ def _from_tf_strategy() -> tuple[int, int] | None:
 
 
 def _from_keras_distribution() -> tuple[int, int] | None:
-    if "keras" not in sys.modules:
+    if sys.modules.get("keras") is None:  # only if the program uses Keras already
         return None
     from keras import distribution
 
@@ -193,10 +193,8 @@ KERAS_SHARD_API = ("num_processes", "data_shard_id", "num_model_replicas")
 
 def _backend_process_count() -> int:
     """Processes of the Keras backend's multi-process runtime (JAX's, before Keras 3.15)."""
-    try:
-        from keras.src.backend import distribution_lib
-    except ImportError:
-        distribution_lib = None
+    # The backend's module, loaded with Keras (this is only asked when Keras is): no import here.
+    distribution_lib = getattr(sys.modules.get("keras.src.backend"), "distribution_lib", None)
     count = getattr(distribution_lib, "num_processes", None)
     if count is not None:
         return int(count())

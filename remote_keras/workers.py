@@ -34,6 +34,7 @@ import multiprocessing
 import os
 import select
 import signal
+import sys
 import threading
 import weakref
 from typing import Any
@@ -176,9 +177,9 @@ def _message(process: Any, signum: int) -> str:
 def _fail_pending(error: WorkerDiedError) -> None:
     """Completes every batch Keras's worker pools still owe with `error`."""
     logger.error("%s", error)
-    from keras.src.trainers.data_adapters import py_dataset_adapter
-
-    for pool in list(getattr(py_dataset_adapter, "_DATA_POOLS", ())):
+    # Keras's pools exist only if its adapter module was loaded: no import here.
+    adapter = sys.modules.get("keras.src.trainers.data_adapters.py_dataset_adapter")
+    for pool in list(getattr(adapter, "_DATA_POOLS", ())):
         for result in list(getattr(pool, "_cache", {}).values()):
             try:
                 result._set(0, (False, error))

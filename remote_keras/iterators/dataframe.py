@@ -9,10 +9,11 @@ from typing_extensions import Unpack
 
 from remote_keras import errors, listing, records, saving, storage
 from remote_keras.iterators.base import RemoteBatchMixin
+from remote_keras.iterators.keras_pixels import KerasPixels
 from remote_keras.options import LoaderOptions, LoaderOverrides
 
 
-class DataFrameIterator(RemoteBatchMixin, keras_image.DataFrameIterator):
+class DataFrameIterator(KerasPixels, RemoteBatchMixin, keras_image.DataFrameIterator):
     """Iterator over images named in a pandas dataframe, local or remote.
 
     Takes every argument of Keras's `DataFrameIterator`, with the same

@@ -1,0 +1,76 @@
+"""`BatchReader`, the core's entry point: labels per class mode, batch access, bad arguments."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import remote_keras as rk
+from remote_keras.reader import BatchReader
+from tests.helpers import assert_same_batch
+
+
+@pytest.fixture
+def local_iterator(image_dir):
+    directory, _ = image_dir
+    gen = rk.ImageDataGenerator()
+    with gen.flow_from_directory(
+        directory, target_size=(8, 9), batch_size=5, shuffle=True, seed=2, class_mode="sparse"
+    ) as it:
+        yield it
+
+
+def test_sparse_labels_and_images_only_equal_the_iterator(local_iterator):
+    it = local_iterator
+    expected = [it[i] for i in range(len(it))]
+    settings = dict(target_size=(8, 9), batch_size=5, shuffle=True, seed=2)
+    with BatchReader(it.filepaths, it.classes, **settings) as reader:
+        assert len(reader) == len(it)
+        for i, batch in enumerate(reader.epoch_batches(0)):
+            assert_same_batch(expected[i], batch)
+        assert_same_batch(expected[-1], reader.batch(0, len(it) - 1))
+        with pytest.raises(IndexError):
+            reader.batch(0, len(it))
+        assert reader.stats.images == it.n + len(expected[-1][0])
+    with BatchReader(it.filepaths, **settings) as reader:  # no labels: images only
+        x = reader.batch(0, 0)
+        assert isinstance(x, np.ndarray)
+        np.testing.assert_array_equal(x, expected[0][0])
+
+
+def test_raw_labels_and_channels_first(local_iterator):
+    it = local_iterator
+    values = np.arange(it.n, dtype="float32") / 10
+    with BatchReader(
+        it.filepaths,
+        values,
+        class_mode="raw",
+        batch_size=4,
+        shuffle=False,
+        target_size=(8, 9),
+        color_mode="grayscale",
+        data_format="channels_first",
+    ) as reader:
+        x, y = reader.batch(0, 1)
+    assert x.shape == (4, 1, 8, 9)
+    np.testing.assert_array_equal(y, values[4:8])
+
+
+@pytest.mark.parametrize(
+    "labels, class_mode",
+    [(None, "sparse"), ([0, 1], None), ([0, 1], "multi_output"), ([0, 1], "input")],
+)
+def test_class_mode_must_fit_the_labels(labels, class_mode):
+    with pytest.raises(ValueError, match="class_mode"):
+        BatchReader(["a.png", "b.png"], labels, class_mode=class_mode)
+
+
+def test_skips_unreadable_files(local_iterator, tmp_path):
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+    paths = [*local_iterator.filepaths[:3], str(bad)]
+    with BatchReader(paths, batch_size=4, shuffle=False, on_error="skip") as reader:
+        with pytest.warns(UserWarning):
+            x = reader.batch(0, 0)
+        assert len(x) == 3
+        assert [url for url, _ in reader.skipped] == [str(bad)]
