@@ -4,7 +4,7 @@ An iterator built from `lakefs://repo/<branch or tag>/...` resolves each
 `(repository, ref)` once, at construction, to its commit id and reads every
 file at that commit, so commits and staged (uncommitted) writes made during
 training never leak into it. `iterator.lakefs_pins` lists the pins, and
-`remote_keras.records.DataVersionCallback` writes them next to a model's
+`remote_keras.callbacks.DataVersionCallback` writes them next to a model's
 checkpoints. When the server presigns, objects are read straight from its
 object store (`remote_keras.presign`).
 

@@ -332,12 +332,3 @@ def _read(path: str, storage_options: Mapping[str, Any] | None) -> bytes:
     from remote_keras.loaders import FsspecLoader
 
     return FsspecLoader(storage_options)(path)
-
-
-def __getattr__(name: str) -> Any:
-    """`DataVersionCallback`, a Keras callback, lives in `remote_keras.callbacks`."""
-    if name == "DataVersionCallback":
-        from remote_keras import callbacks
-
-        return callbacks.DataVersionCallback
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
