@@ -50,6 +50,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check remote_keras tests bench
 	$(BIN)/ruff format --check remote_keras tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict -d site

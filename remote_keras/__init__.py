@@ -42,7 +42,7 @@ _MODULES = {
     "ObstoreLoader": "remote_keras.loaders",
     "RetryPolicy": "remote_keras.retry",
     "Shard": "remote_keras.sharding",
-    "decode_image": "remote_keras.loaders",
+    "decode_image": "remote_keras.decoding",
     "pin_url": "remote_keras.records",
     "pinned_urls": "remote_keras.records",
     "read_lakefs_ref": "remote_keras.records",
@@ -55,10 +55,11 @@ if TYPE_CHECKING:
     from keras.src.legacy.preprocessing.image import Iterator, NumpyArrayIterator
 
     from remote_keras.callbacks import DataVersionCallback, EpochInputReport, InputStallCallback
+    from remote_keras.decoding import decode_image
     from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
     from remote_keras.generator import ImageDataGenerator
     from remote_keras.iterators import DataFrameIterator, DirectoryIterator
-    from remote_keras.loaders import FsspecLoader, ObstoreLoader, decode_image
+    from remote_keras.loaders import FsspecLoader, ObstoreLoader
     from remote_keras.records import (
         pin_url,
         pinned_urls,

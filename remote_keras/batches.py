@@ -22,9 +22,8 @@ from typing import Any
 import numpy as np
 
 from remote_keras import saving
-from remote_keras.decoding import array_to_img, img_to_array
+from remote_keras.decoding import array_to_img, decode_image, img_to_array
 from remote_keras.epochs import BatchPlan
-from remote_keras.loaders import decode_image
 
 Batch = Any  # `x`, `(x, y)` or `(x, y, sample_weight)`
 

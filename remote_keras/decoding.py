@@ -18,7 +18,7 @@ from PIL import Image
 
 from remote_keras import errors
 
-if TYPE_CHECKING:  # `remote_keras.loaders` imports this module
+if TYPE_CHECKING:  # an alias of Any; importing it would run all of `remote_keras.loaders`
     from remote_keras.loaders.protocol import LoaderOutput
 
 

@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from remote_keras import causes
+
 # Protocol -> (the extra of remote-keras that installs its backend, the backend's package).
 EXTRAS_BY_PROTOCOL = {
     "s3": ("s3", "s3fs"),
@@ -368,17 +370,15 @@ def translate(url: str, exc: BaseException) -> BaseException:
 
 def _where(exc: BaseException) -> str:
     """`" at <endpoint>"`, and whether its host name did not resolve, from a connection error."""
-    from remote_keras import retry  # imports this module
-
     found = None
-    for link in retry.chain(exc):
+    for link in causes.chain(exc):
         found = _ENDPOINT_IN_TEXT.search(str(link))
         if found:
             break
     if found is None:
         return ""
     endpoint = redact(found.group(0))
-    if retry.is_unknown_host(exc):
+    if causes.is_unknown_host(exc):
         host = urlsplit(endpoint).hostname
         return f" at {endpoint}: host name {host!r} did not resolve"
     return f" at {endpoint}"

@@ -23,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from typing import Any
+from typing import Any, Protocol
 
-from remote_keras import errors, storage
+from remote_keras import errors
 
 # Connections the lakeFS client keeps per host, as s3fs's pool (`storage.PROTOCOL_DEFAULTS`).
 POOL_CONNECTIONS = 256
@@ -73,14 +73,22 @@ def split(url: str) -> tuple[str, str, str]:
         raise ValueError(f"Invalid lakeFS URL {errors.redact(url)!r}: {exc}") from None
 
 
+class Resolver(Protocol):
+    """What finds the filesystem serving a URL (`remote_keras.storage.FileSystems`)."""
+
+    def resolve(self, url: str) -> tuple[Any, str]:
+        """Returns the filesystem serving `url` and the path within it."""
+        ...
+
+
 class Pinner:
     """Resolves each `(repository, ref)` of `lakefs://` URLs to a commit, once.
 
     Args:
-        filesystems: Resolver carrying the storage options.
+        filesystems: Resolver carrying the storage options (`storage.FileSystems`).
     """
 
-    def __init__(self, filesystems: storage.FileSystems) -> None:
+    def __init__(self, filesystems: Resolver) -> None:
         self.filesystems = filesystems
         self.pins: dict[tuple[str, str], LakeFSPin] = {}
         self._lock = threading.Lock()
@@ -274,12 +282,3 @@ def size_pool(client: Any, connections: int = POOL_CONNECTIONS) -> None:
         except (AttributeError, TypeError):  # another SDK layout: keep its pool
             pass
         api_client._remote_keras_pool = connections
-
-
-def __getattr__(name: str) -> Any:
-    """`DataVersionCallback` and `write_data_version` live in `remote_keras.records` now."""
-    if name in ("DataVersionCallback", "write_data_version"):
-        from remote_keras import records
-
-        return getattr(records, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,7 +27,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
+
+from remote_keras.pages import Lister, Page
 
 # Listing requests in flight at once.
 CONCURRENCY = 32
@@ -35,39 +37,6 @@ CONCURRENCY = 32
 MIN_PARALLEL = 8
 # A range is split only after this many full pages (it is big, not just unlucky).
 SPLIT_AFTER_PAGES = 2
-
-
-class Page(NamedTuple):
-    """One listing page.
-
-    Attributes:
-        keys: Object keys, each with the listing root removed from its start.
-        prefixes: Common prefixes (full), when listed with a delimiter.
-        last: The greatest key or prefix on the page (full); `""` if empty.
-        token: What asks for the next page; `None` on the last one.
-    """
-
-    keys: list[str]
-    prefixes: list[str]
-    last: str
-    token: str | None
-
-
-class Lister(Protocol):
-    """Something that lists one page of keys under a prefix.
-
-    Attributes:
-        scope: What one lister covers (`("s3", bucket)`, `("lakefs", repository, ref)`).
-    """
-
-    scope: tuple[str, ...]
-
-    def page(self, prefix: str, delimiter: str, after: str, token: str | None, root: str) -> Page:
-        """Lists keys starting with `prefix`, after `after` (or from `token` on).
-
-        Keys are returned without their leading `root` (a prefix of `prefix`).
-        """
-        ...
 
 
 class LakeFSLister:

@@ -21,10 +21,8 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from remote_keras.presign import PresignedReader
+from collections.abc import Callable
+from typing import Any, Protocol
 
 Key = tuple[str, str, str, str]  # (host, repository, ref, folder)
 
@@ -36,6 +34,20 @@ FIRST_PAUSE_S, MAX_PAUSE_S = 1.0, 30.0
 IDLE_S = 300.0
 # It looks for due renewals (and whether its reader is gone) at least this often.
 POLL_S = 1.0
+
+
+class Reader(Protocol):
+    """What `Ahead` uses of the reader it fills (`remote_keras.presign.PresignedReader`)."""
+
+    clock: Callable[[], float]
+
+    def renew_at(self, key: Key) -> float:
+        """When the folder `key` is due for listing."""
+        ...
+
+    def list_folder(self, fs: Any, key: Key) -> None:
+        """Lists the folder `key` unless it is not due."""
+        ...
 
 
 class Ahead:
@@ -51,7 +63,7 @@ class Ahead:
         failures: Listings that failed, in all.
     """
 
-    def __init__(self, reader: PresignedReader, fs: Any, keys: list[Key]) -> None:
+    def __init__(self, reader: Reader, fs: Any, keys: list[Key]) -> None:
         self._reader = weakref.ref(reader)
         self._fs = fs
         self._keys = keys

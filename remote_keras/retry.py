@@ -24,13 +24,13 @@ import email.utils
 import logging
 import random
 import re
-import socket
 import ssl
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from remote_keras import errors
+from remote_keras.causes import chain, is_unknown_host
 
 logger = logging.getLogger("remote_keras")
 
@@ -77,19 +77,9 @@ _TRANSIENT_TEXT = re.compile(
 )
 _PERMANENT = (FileNotFoundError, PermissionError, errors.ImageDecodeError, errors.InvalidRowsError)
 # Failures that are configuration, whatever wraps them: a host name that does not exist
-# (getaddrinfo's EAI_NONAME / EAI_NODATA in the words of glibc, macOS, Windows, Rust and Go),
-# and a certificate that fails verification. "Temporary failure in name resolution"
-# (EAI_AGAIN) is not among them: it is retried.
-_UNKNOWN_HOST_TEXT = re.compile(
-    r"Name or service not known|nodename nor servname provided|No address associated with"
-    r" hostname|getaddrinfo failed|no such host|did not resolve",
-    re.IGNORECASE,
-)
+# (`causes.is_unknown_host`) and a certificate that fails verification.
 _PERMANENT_TEXT = re.compile(r"CERTIFICATE_VERIFY_FAILED", re.IGNORECASE)
 _PERMANENT_NAMES = frozenset({"ClientConnectorCertificateError", "SSLCertVerificationError"})
-_UNKNOWN_HOST_ERRNOS = frozenset(
-    getattr(socket, name) for name in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, name)
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,31 +158,6 @@ def as_policy(retries: RetryPolicy | int | None) -> RetryPolicy:
     raise TypeError(
         f"`retries` must be a RetryPolicy, an int (attempts) or None. Received: {retries!r}"
     )
-
-
-def chain(exc: BaseException) -> Iterator[BaseException]:
-    """`exc` and the exceptions it was raised from (and urllib3's `reason`), outermost first."""
-    seen: set[int] = set()
-    pending = [exc]
-    while pending:
-        current = pending.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        for linked in (getattr(current, "reason", None), current.__cause__, current.__context__):
-            if isinstance(linked, BaseException):
-                pending.append(linked)
-
-
-def is_unknown_host(exc: BaseException) -> bool:
-    """Whether DNS said that the host name in `exc`'s chain does not exist."""
-    for current in chain(exc):
-        if isinstance(current, socket.gaierror) and current.errno in _UNKNOWN_HOST_ERRNOS:
-            return True
-        if _UNKNOWN_HOST_TEXT.search(str(current)):
-            return True
-    return False
 
 
 def _is_configuration(exc: BaseException) -> bool:

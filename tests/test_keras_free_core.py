@@ -28,6 +28,7 @@ CORE = [
     "remote_keras.backup_files",
     "remote_keras.batches",
     "remote_keras.cache",
+    "remote_keras.causes",
     "remote_keras.decoding",
     "remote_keras.demo",  # imports Keras when run only
     "remote_keras.epochs",
@@ -46,6 +47,7 @@ CORE = [
     "remote_keras.loaders.obstore_loader",
     "remote_keras.loaders.protocol",
     "remote_keras.options",
+    "remote_keras.pages",
     "remote_keras.prefetch",
     "remote_keras.presign",
     "remote_keras.presign_ahead",

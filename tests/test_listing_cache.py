@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from lakefs.client import Client
 
 import remote_keras as rk
-from remote_keras import listers, listing_cache, s3pages
+from remote_keras import listers, listing_cache, pages, s3pages
 from remote_keras.options import LoaderOptions
 from remote_keras.testing import LakeFSServer
 from tests.helpers import noise_png
@@ -57,7 +57,7 @@ class FakeLister:
         keys = [k[len(root) :] for k, rolled_up in items if not rolled_up]
         prefixes = [k for k, rolled_up in items if rolled_up]
         last = items[-1][0] if items else ""
-        return listers.Page(keys, prefixes, last, last if more else None)
+        return pages.Page(keys, prefixes, last, last if more else None)
 
 
 key_text = st.text(alphabet="ab0z/._ ~", min_size=1, max_size=9)

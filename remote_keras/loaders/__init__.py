@@ -1,4 +1,4 @@
-"""Loaders read a path into bytes; `decode_image` turns what they return into a PIL image.
+"""Loaders read a path into bytes; `remote_keras.decoding.decode_image` makes them an image.
 
 A loader is any callable `path -> bytes | file-like | PIL.Image.Image | numpy.ndarray`
 (`protocol`). The default `FsspecLoader` also offers `load_many`, so that an
@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from remote_keras.decoding import decode_image
 from remote_keras.loaders.auto import choose_loader
 from remote_keras.loaders.fsspec_loader import FsspecLoader
 from remote_keras.loaders.obstore_loader import ObstoreLoader
@@ -27,7 +26,6 @@ __all__ = [
     "LoaderOutput",
     "ObstoreLoader",
     "choose_loader",
-    "decode_image",
     "make_loader",
 ]
 

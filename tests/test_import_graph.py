@@ -1,0 +1,152 @@
+"""remote_keras's modules import each other without cycles, deferred imports included.
+
+grimp reads every import statement, those inside functions too. Importing
+`pkg.mod` first runs `pkg/__init__.py`, so such an import also counts as one
+of `pkg` (unless the importer is inside `pkg`, which is then already being
+imported). The package root is left out: its names load on first use
+(PEP 562), and it imports the rest only for type checkers. `make lint` runs
+the same check, and the package's layers, through import-linter
+(`[tool.importlinter]` in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import deque
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).parents[1]
+PACKAGE = "remote_keras"
+# The local test servers: a separate tree, imported by nothing else (import-linter checks).
+OUTSIDE = f"{PACKAGE}.testing"
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def imports(
+    graph: grimp.ImportGraph, root: str = PACKAGE, outside: str = OUTSIDE
+) -> dict[str, set[str]]:
+    """Module -> the modules and packages importing it runs, below `root`, not in `outside`."""
+    modules = {m for m in graph.modules if m != root and not _inside(m, outside)}
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    for importer in modules:
+        for imported in graph.find_modules_directly_imported_by(importer) & modules:
+            edges[importer].add(imported)
+            parts = imported.split(".")
+            for depth in range(2, len(parts)):
+                package = ".".join(parts[:depth])
+                if not _inside(importer, package):
+                    edges[importer].add(package)
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[tuple[list[str], set[str]]]:
+    """Each strongly connected component of `edges` and a shortest cycle in it, `[a, ..., a]`."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(edges[node]):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in edges[node]:
+                components.append(component)
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return [(_shortest_cycle(edges, component), component) for component in components]
+
+
+def _shortest_cycle(edges: dict[str, set[str]], component: set[str]) -> list[str]:
+    start = min(component)
+    came_from: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for succ in sorted(edges[node] & component):
+            if succ == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(came_from[path[-1]])
+                return [*reversed(path), start]
+            if succ not in came_from:
+                came_from[succ] = node
+                queue.append(succ)
+    raise AssertionError(f"no cycle through {start} in {sorted(component)}")
+
+
+def describe(graph: grimp.ImportGraph, cycle: list[str]) -> str:
+    """`a -> b (l.12) -> ...`, naming the line of each import."""
+    steps = [cycle[0]]
+    for importer, imported in zip(cycle, cycle[1:]):
+        details = graph.get_import_details(importer=importer, imported=imported)
+        if details:
+            lines = ", ".join(f"l.{d['line_number']}" for d in details)
+            steps.append(f"{imported} ({importer} {lines})")
+        else:
+            steps.append(f"{imported} (its __init__ runs when {importer} imports a module in it)")
+    return "\n  -> ".join(steps)
+
+
+def test_the_package_has_no_import_cycles():
+    graph = grimp.build_graph(PACKAGE)
+    edges = imports(graph)
+    # The graph is the real one (deferred imports included), not an empty one.
+    assert "remote_keras.errors" in edges["remote_keras.retry"]
+    assert "remote_keras.loaders" in edges["remote_keras.records"]  # inside a function
+    found = [
+        f"{describe(graph, cycle)}\n  (one of the cycles among {sorted(component)})"
+        for cycle, component in cycles(edges)
+    ]
+    assert not found, "import cycles:\n" + "\n\n".join(found)
+
+
+def test_cycles_are_found_through_deferred_imports_and_package_inits():
+    graph = grimp.ImportGraph()
+    for module in ("pkg", "pkg.a", "pkg.b", "pkg.sub", "pkg.sub.x", "pkg.c"):
+        graph.add_module(module)
+    graph.add_import(importer="pkg.a", imported="pkg.b", line_number=30, line_contents="")
+    graph.add_import(importer="pkg.b", imported="pkg.a", line_number=3, line_contents="")
+    graph.add_import(importer="pkg.sub", imported="pkg.c", line_number=1, line_contents="")
+    graph.add_import(importer="pkg.c", imported="pkg.sub.x", line_number=2, line_contents="")
+    graph.add_import(importer="pkg.sub.x", imported="pkg.c", line_number=5, line_contents="")
+    edges = imports(graph, root="pkg", outside="pkg.testing")
+    found = sorted(cycle for cycle, _ in cycles(edges))
+    assert found == [["pkg.a", "pkg.b", "pkg.a"], ["pkg.c", "pkg.sub", "pkg.c"]]
+    text = describe(graph, ["pkg.c", "pkg.sub", "pkg.c"])
+    assert "its __init__ runs when pkg.c imports a module in it" in text
+    assert "pkg.c (pkg.sub l.1)" in text
+    # Within its own package a module's imports of siblings run no __init__ again.
+    assert edges["pkg.sub.x"] == {"pkg.c"}
+
+
+def test_decoding_imports_first_in_a_fresh_interpreter():
+    # It imports `remote_keras.loaders.protocol`, which runs `remote_keras/loaders/__init__.py`.
+    result = subprocess.run(
+        [sys.executable, "-c", "import remote_keras.decoding"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
