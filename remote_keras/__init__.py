@@ -26,6 +26,7 @@ if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "y
 # (the local test servers) imports neither Keras nor TensorFlow.
 _MODULES = {
     "BackupAndRestore": "remote_keras.resume",
+    "ChecksumMismatchError": "remote_keras.integrity",
     "DataFrameIterator": "remote_keras.iterators",
     "DataVersionCallback": "remote_keras.callbacks",
     "DirectoryIterator": "remote_keras.iterators",
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from remote_keras.decoding import decode_image
     from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
     from remote_keras.generator import ImageDataGenerator
+    from remote_keras.integrity import ChecksumMismatchError
     from remote_keras.iterators import DataFrameIterator, DirectoryIterator
     from remote_keras.loaders import FsspecLoader, ObstoreLoader
     from remote_keras.records import (
@@ -80,6 +82,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 __all__ = [
     "BackupAndRestore",
+    "ChecksumMismatchError",
     "DataFrameIterator",
     "DataVersionCallback",
     "DirectoryIterator",

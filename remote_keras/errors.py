@@ -13,6 +13,7 @@ OSError
 ├── ConnectionError          the server cannot be reached, or the connection was lost
 ├── TimeoutError             no complete answer within `RetryPolicy.timeout_s`
 └── ImageLoadError           any other failure to read bytes (or retries given up)
+    └── ChecksumMismatchError  bytes that do not match the store's checksum (`integrity`)
 ValueError
 ├── ImageDecodeError         bytes that are not a decodable image
 └── InvalidRowsError         dataframe rows with NaN, empty or non-string paths

@@ -3,6 +3,9 @@
 Keras-free: `Fetcher` turns a list of paths into one result per path (the
 bytes or whatever the loader returns, or the exception, already naming the
 path, that reading it raised) and counts what it did into `StatsRecorder`.
+With `verify_checksums`, bodies are checked against the checksum the store
+sent with them (`remote_keras.integrity`) on the fetch threads; a mismatch is
+a failed read, retried like any transient failure.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from concurrent.futures import Executor, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from remote_keras import errors
+from remote_keras import errors, integrity, storage
 from remote_keras.cache import DiskCache
-from remote_keras.loaders import BatchLoader, Loader
+from remote_keras.loaders import BatchLoader, CheckedBatchLoader, CheckedLoader, Loader
+from remote_keras.loaders.checked_reads import Fetched
 from remote_keras.retry import RetryPolicy, fetch_with_retries
 from remote_keras.stats import StatsRecorder
 
@@ -29,7 +33,11 @@ class Fetcher:
         loader: Reads one path; a `BatchLoader` reads a whole batch at once.
         policy: Retries and the per-request timeout.
         cache: Disk cache of fetched bytes, or `None`.
-        stats: Where requests, retries, bytes, cache hits and fetch time go.
+        stats: Where requests, retries, bytes, cache hits, checksum checks
+            and fetch time go.
+        verify_checksums: Check bodies against the checksum the store sent
+            with them, where the loader returns it (`CheckedLoader`,
+            `CheckedBatchLoader`).
     """
 
     def __init__(
@@ -38,11 +46,13 @@ class Fetcher:
         policy: RetryPolicy,
         cache: DiskCache | None,
         stats: StatsRecorder,
+        verify_checksums: bool = True,
     ) -> None:
         self.loader = loader
         self.policy = policy
         self.cache = cache
         self.stats = stats
+        self.verify_checksums = verify_checksums
 
     def fetch(self, paths: Sequence[str], executor: Executor) -> list[Any]:
         """Reads `paths`; failures are returned in place, as exceptions naming the path.
@@ -91,16 +101,33 @@ class Fetcher:
         """
         self.stats.add(requests=len(paths))
         loader = self.loader
+        checked = [False] * len(paths)  # bodies that matched their store checksum
         if isinstance(loader, BatchLoader):
-            return loader.load_many(paths, executor=executor)
+            if self.verify_checksums and isinstance(loader, CheckedBatchLoader):
+                fetched = loader.load_many_checked(paths, executor=executor)
+                results = [
+                    self._checked(p, f, checked, i) for i, (p, f) in enumerate(zip(paths, fetched))
+                ]
+            else:
+                results = loader.load_many(paths, executor=executor)
+            return self._counted(paths, results, checked)
+        read = (
+            loader.read_checked
+            if self.verify_checksums and isinstance(loader, CheckedLoader)
+            else loader
+        )
         started: list[float | None] = [None] * len(paths)
 
         def timed(i: int) -> Any:
             started[i] = time.monotonic()
-            return loader(paths[i])
+            value = read(paths[i])
+            if isinstance(value, Fetched):  # checked on this thread: a mismatch raises
+                checked[i] = integrity.verify(paths[i], value.data, value.checksum)
+                return value.data
+            return value
 
         futures = [executor.submit(timed, i) for i in range(len(paths))]
-        results: list[Any] = []
+        results = []
         for i, (path, future) in enumerate(zip(paths, futures)):
             try:
                 results.append(self._result(future, started, i))
@@ -110,6 +137,31 @@ class Fetcher:
                 results.append(errors.translate(path, stalled))
             except Exception as exc:  # raised when the sample is decoded, in order
                 results.append(errors.translate(path, exc))
+        return self._counted(paths, results, checked)
+
+    @staticmethod
+    def _checked(path: str, value: Any, checked: list[bool], i: int) -> Any:
+        """`value`'s bytes, checked against its checksum; a mismatch returned in place."""
+        if not isinstance(value, Fetched):
+            return value
+        try:
+            checked[i] = integrity.verify(path, value.data, value.checksum)
+        except integrity.ChecksumMismatchError as exc:
+            return exc
+        return value.data
+
+    def _counted(self, paths: Sequence[str], results: list[Any], checked: list[bool]) -> list[Any]:
+        """Counts checked, mismatched and unchecked reads of URLs (local files are neither)."""
+        read = [not isinstance(r, BaseException) for r in results]
+        self.stats.add(
+            verified=sum(ok and c for ok, c in zip(read, checked)),
+            checksum_mismatches=sum(
+                isinstance(r, integrity.ChecksumMismatchError) for r in results
+            ),
+            unverified=sum(
+                ok and not c and storage.is_url(p) for p, ok, c in zip(paths, read, checked)
+            ),
+        )
         return results
 
     def _result(self, future: Future, started: list[float | None], i: int) -> Any:

@@ -64,6 +64,15 @@ class LoaderOptions:
         retries: How transient failures (resets, timeouts, 5xx, 429) are
             retried: a `RetryPolicy`, or a number of attempts per file;
             `None` (the default) for `RetryPolicy()`.
+        verify_checksums: Check every body read against the checksum the
+            store sent with it, where there is one (`True`, the default): an
+            S3 ETag (MD5) or `x-amz-checksum-*` header, GCS's `x-goog-hash`,
+            Azure's or HTTP's `Content-MD5` (see `remote_keras.integrity` for
+            what each loader can check). A mismatch is retried like a failed
+            read, then raises `ChecksumMismatchError` (or skips the sample
+            with `on_error="skip"`). With `loader="obstore"`, S3 objects
+            encrypted with SSE-KMS or SSE-C, whose ETag is not their MD5, need
+            `False`; `iterator.stats` counts `verified` and `unverified` reads.
         on_error: `"raise"` (default) raises for an unreadable sample;
             `"skip"` drops it from its batch, warns once per epoch and
             records it in `iterator.skipped`.
@@ -100,6 +109,7 @@ class LoaderOptions:
     cache_dir: str | os.PathLike[str] | None = None
     cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
     retries: RetryPolicy | int | None = None
+    verify_checksums: bool = True
     on_error: OnError = "raise"
     num_shards: int | None = None
     shard_index: int | None = None
@@ -151,6 +161,7 @@ class LoaderOverrides(TypedDict, total=False):
     cache_dir: str | os.PathLike[str] | None
     cache_max_bytes: int
     retries: RetryPolicy | int | None
+    verify_checksums: bool
     on_error: OnError
     num_shards: int | None
     shard_index: int | None
@@ -188,7 +199,7 @@ def _check(options: LoaderOptions) -> None:
 
     Raises:
         TypeError: a value of the wrong type (`loader`, `storage_options`,
-            `retries`, `cache_dir`).
+            `retries`, `verify_checksums`, `cache_dir`).
         ValueError: a value out of range (`on_error`, `shard_remainder`, the
             integer options).
     """
@@ -211,6 +222,10 @@ def _check(options: LoaderOptions) -> None:
             f'`shard_remainder` must be "pad" or "drop". Received: {options.shard_remainder!r}'
         )
     as_policy(options.retries)
+    if not isinstance(options.verify_checksums, bool):
+        raise TypeError(
+            f"`verify_checksums` must be True or False. Received: {options.verify_checksums!r}"
+        )
     cache_dir = options.cache_dir
     if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
         raise TypeError(f"`cache_dir` must be a local folder path or None. Received: {cache_dir!r}")

@@ -10,8 +10,10 @@ minutes only pauses training; nothing is counted per batch by default, so a
 long outage costs nothing but time. `attempts` and `budget` add hard caps.
 
 Never retried, because trying again cannot help: missing objects, bad
-credentials, corrupt data, an unknown host name (DNS says it does not exist)
-and a TLS certificate that fails verification.
+credentials, bytes that are not an image, an unknown host name (DNS says it
+does not exist) and a TLS certificate that fails verification. A body that
+does not match the store's checksum (`remote_keras.integrity`) is retried, at
+most `integrity.MISMATCH_ATTEMPTS` times.
 
 The data a batch holds never depends on retries: only failed files are
 fetched again, into the same positions.
@@ -29,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from remote_keras import errors
+from remote_keras import errors, integrity
 from remote_keras.causes import chain, is_unknown_host
 
 logger = logging.getLogger("remote_keras")
@@ -179,14 +181,16 @@ def is_transient(exc: BaseException) -> bool:
         exc: What a loader raised or returned, translated or not.
 
     Returns:
-        `True` for connection failures, timeouts, truncated bodies and
-        throttling or server errors; `False` for missing objects, bad
-        credentials, corrupt data, unknown hosts, failed certificate checks
-        and anything not recognised.
+        `True` for connection failures, timeouts, truncated bodies, bodies
+        failing their checksum and throttling or server errors; `False` for
+        missing objects, bad credentials, undecodable images, unknown hosts,
+        failed certificate checks and anything not recognised.
     """
     if _is_configuration(exc):
         return False
     for current in chain(exc):
+        if isinstance(current, integrity.ChecksumMismatchError):
+            return True
         if isinstance(current, _PERMANENT):
             return False
         if isinstance(current, (ConnectionError, TimeoutError)):
@@ -291,9 +295,9 @@ def fetch_with_retries(
 
     Returns:
         `(results, retries)`: the results in order, transient failures that
-        could not be recovered replaced by an `ImageLoadError` naming the
-        URL, the attempts, the seconds spent and the last cause; and the
-        number of retries made.
+        could not be recovered replaced by an `ImageLoadError` (a
+        `ChecksumMismatchError` for a mismatch) naming the URL, the attempts,
+        the seconds spent and the last cause; and the number of retries made.
     """
     start = clock()
     results = list(fetch(list(paths)))
@@ -307,7 +311,7 @@ def fetch_with_retries(
             i
             for i, result in enumerate(results)
             if isinstance(result, BaseException)
-            and (policy.attempts is None or attempts[i] < policy.attempts)
+            and attempts[i] < integrity.attempts_allowed(result, policy.attempts)
             and is_transient(result)
         ]
         if budget is not None:
@@ -332,7 +336,7 @@ def fetch_with_retries(
     spent = clock() - start
     for i, result in enumerate(results):
         if isinstance(result, BaseException) and is_transient(result):
-            results[i] = errors.gave_up(paths[i], attempts[i], result, seconds=spent)
+            results[i] = integrity.gave_up(paths[i], attempts[i], result, seconds=spent)
     return results, retries
 
 

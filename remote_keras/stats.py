@@ -29,6 +29,15 @@ class LoaderStats:
         cache_hits: Files served by the disk cache.
         cache_healed: Damaged disk cache entries (checksum or length wrong,
             truncated, empty) dropped and read again from storage.
+        verified: Reads from storage whose bytes matched the checksum the
+            store sent with them (`verify_checksums`).
+        checksum_mismatches: Reads whose bytes did not match it (each
+            retried; counted per attempt).
+        unverified: Reads of URLs with nothing to check against: no checksum
+            sent, or not exposed by the client (obstore on GCS and Azure,
+            lakeFS, multipart S3 ETags, custom loaders), or
+            `verify_checksums=False`. Local files and cache hits count in
+            none of the three (the disk cache checks its own entries).
         skipped: Samples dropped with `on_error="skip"` (in Keras's worker
             processes too).
         fetch_s: Thread-seconds spent fetching bytes (summed over threads).
@@ -53,6 +62,9 @@ class LoaderStats:
     retries: int = 0
     cache_hits: int = 0
     cache_healed: int = 0
+    verified: int = 0
+    checksum_mismatches: int = 0
+    unverified: int = 0
     skipped: int = 0
     fetch_s: float = 0.0
     decode_s: float = 0.0

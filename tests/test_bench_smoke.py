@@ -69,3 +69,23 @@ def test_performance_notebook_plots_the_report(smoke_report):
     assert not [
         o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"
     ]
+
+
+@pytest.mark.slow
+def test_integrity_benchmark_catches_every_flip_when_checking(tmp_path):
+    out = tmp_path / "integrity.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "integrity.py"), "--images", "40", "--epochs", "1",
+         "--repeats", "1", "--rate", "0.2", "--json", str(out)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    for loader in ("fsspec", "obstore"):
+        off = report["caught"][f"{loader}, verify_checksums=False"]
+        on = report["caught"][f"{loader}, verify_checksums=True"]
+        assert off["bodies_flipped"] >= 1 and off["images_differing_or_lost"] >= 1, off
+        assert on["images_differing_or_lost"] == 0, on
+        assert on["checksum_mismatches"] == on["bodies_flipped"] >= 1, on
+    assert set(report["cpu"]) == {"fsspec (ETag MD5)", "obstore (ETag MD5)"}
+    assert report["hash"]["md5"]["us_per_image"] > 0

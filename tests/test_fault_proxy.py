@@ -8,6 +8,7 @@ retries then get through.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import http.client
 import json
 import time
@@ -38,6 +39,7 @@ from remote_keras.testing.proxy import (
     CountingProxy,
     FaultPlan,
     ProxyProcess,
+    flip_middle,
     is_object_request,
 )
 
@@ -137,7 +139,10 @@ def test_fault_plan_validates_and_round_trips():
     assert full.kinds == ("503", "stall") and full.methods == ("GET", "HEAD")
     assert FaultPlan.from_json(full.to_json()) == full
     assert FaultPlan.from_json("null") is None
-    for bad in ({"rate": 1.5}, {"rate": 0.5, "kinds": ("404",)}, {"rate": 0.5, "kinds": ()}):
+    flips = FaultPlan(1.0, kinds=["flip"], targets=["a.bin"], flip_bytes=5)
+    assert flips.targets == ("a.bin",) and FaultPlan.from_json(flips.to_json()) == flips
+    for bad in ({"rate": 1.5}, {"rate": 0.5, "kinds": ("404",)}, {"rate": 0.5, "kinds": ()},
+                {"rate": 0.5, "kinds": ("flip",), "flip_bytes": 0}):  # fmt: skip
         with pytest.raises(ValueError):
             FaultPlan(**bad)
 
@@ -231,6 +236,74 @@ def test_methods_limit_which_requests_are_faulted(s3_server, proxy, prefix):
     with pytest.raises(OSError):
         fs.cat_file(f"{prefix}/b.bin")  # ...and a GET does not
     assert proxy.faults_injected == Counter({"500": 2})
+
+
+# --------------------------------------------------------------------------- flipped bytes
+
+
+def differing(a: bytes, b: bytes) -> list[int]:
+    assert len(a) == len(b)
+    return [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+
+
+def test_flip_middle_changes_count_bytes_in_the_middle_and_never_makes_a_marker():
+    body = bytes([0xFE, 0xFF, 0x00, 0x10]) * 25
+    for count in (1, 3, 8):
+        flipped = flip_middle(body, count)
+        changed = differing(body, flipped)
+        assert len(changed) == count and changed == list(range(changed[0], changed[0] + count))
+        assert abs(changed[0] + count / 2 - len(body) / 2) <= 1
+        assert all(flipped[i] != 0xFF for i in changed)
+    assert len(differing(b"ab", flip_middle(b"ab", 3))) == 2 and flip_middle(b"", 3) == b""
+
+
+def test_flip_keeps_status_length_and_headers_but_not_the_bytes(s3_server, proxy, prefix):
+    target = presigned_target(s3_server, proxy, f"{prefix}/a.bin")
+    proxy.set_faults(plan("flip"))
+    status, headers, body = raw_get(proxy.port, target)
+    headers = {k.lower(): v for k, v in headers.items()}
+    assert status == 200 and int(headers["content-length"]) == len(body) == len(DATA)
+    changed = differing(DATA, body)
+    assert len(changed) == 3 and len(DATA) // 2 - 3 <= changed[0] <= len(DATA) // 2
+    assert headers["etag"] == f'"{hashlib.md5(DATA).hexdigest()}"'  # of the undamaged bytes
+    assert headers["connection"] == "close"
+    assert proxy.reset() == Counter({"GET": 1, "fault:flip": 1})
+    proxy.set_faults(None)
+    assert raw_get(proxy.port, target)[2] == DATA
+
+
+def test_flip_rate_and_seed_choose_which_bodies(s3_server, proxy, prefix):
+    target = presigned_target(s3_server, proxy, f"{prefix}/a.bin")
+    runs = []
+    for seed in (1, 1, 2):
+        proxy.set_faults(FaultPlan(0.3, seed=seed, kinds=("flip",)))
+        runs.append([outcome(proxy.port, target) for _ in range(30)])
+    assert runs[0] == runs[1] != runs[2]
+    assert set(runs[0]) == {"200", "corrupt"}
+    assert proxy.faults_injected["flip"] == sum(o == "corrupt" for run in runs for o in run)
+
+
+def test_targets_limit_faults_to_matching_requests(s3_server, proxy, prefix):
+    a = presigned_target(s3_server, proxy, f"{prefix}/a.bin")
+    b = presigned_target(s3_server, proxy, f"{prefix}/b.bin")
+    proxy.set_faults(plan("flip", targets=("/a.bin",)))
+    outcomes = [outcome(proxy.port, t) for t in (a, b, a, b, a)]
+    assert outcomes == ["corrupt", "200", "corrupt", "200", "corrupt"]  # every read of a.bin
+    assert proxy.faults_injected == Counter({"flip": 3})
+
+
+@pytest.mark.parametrize("name", ["fsspec", "obstore"])
+def test_flipped_bodies_reach_both_loaders_unnoticed_without_checks(s3_server, proxy, prefix, name):
+    import remote_keras as rk
+
+    options = s3_server.storage_options
+    options["client_kwargs"] = dict(options["client_kwargs"], endpoint_url=proxy.endpoint_url)
+    loader = {"fsspec": rk.FsspecLoader, "obstore": rk.ObstoreLoader}[name](options)
+    proxy.set_faults(plan("flip"))
+    data = loader(f"s3://{prefix}/a.bin")  # a plain read: nothing checks the bytes
+    assert len(differing(DATA, data)) == 3
+    assert proxy.faults_injected == Counter({"flip": 1})
+    loader.close()
 
 
 # --------------------------------------------------------------------------- s3fs

@@ -62,7 +62,9 @@ class RemoteBatchMixin(keras_image.Iterator):
         cache = opts.cache_dir
         self.cache = DiskCache(cache, opts.cache_max_bytes) if cache is not None else None
         self._stats = StatsRecorder()
-        self._fetcher = Fetcher(self.loader, opts.retry_policy, self.cache, self._stats)
+        self._fetcher = Fetcher(
+            self.loader, opts.retry_policy, self.cache, self._stats, opts.verify_checksums
+        )
         self._pinner = Pinner(self.filesystems)
         self._known_paths: dict[str, str] = {}  # filename -> path, filled by validation
         self._skips = SkipLog()

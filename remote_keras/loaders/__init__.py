@@ -15,12 +15,20 @@ from typing import Any
 from remote_keras.loaders.auto import choose_loader
 from remote_keras.loaders.fsspec_loader import FsspecLoader
 from remote_keras.loaders.obstore_loader import ObstoreLoader
-from remote_keras.loaders.protocol import BatchLoader, Loader, LoaderOutput
+from remote_keras.loaders.protocol import (
+    BatchLoader,
+    CheckedBatchLoader,
+    CheckedLoader,
+    Loader,
+    LoaderOutput,
+)
 
 __all__ = [
     "LOADERS",
     "LOADER_NAMES",
     "BatchLoader",
+    "CheckedBatchLoader",
+    "CheckedLoader",
     "FsspecLoader",
     "Loader",
     "LoaderOutput",

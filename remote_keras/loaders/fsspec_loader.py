@@ -7,6 +7,8 @@ from concurrent.futures import Executor
 from typing import Any
 
 from remote_keras import errors, lakefs, storage
+from remote_keras.loaders import checked_reads
+from remote_keras.loaders.checked_reads import Fetched
 from remote_keras.presign import PresignedReader, presign_mode
 
 
@@ -17,7 +19,8 @@ class FsspecLoader:
     a HEAD first (`storage.PROTOCOL_DEFAULTS`), and `lakefs://` objects are
     fetched with one API call instead of lakefs-spec's three, or, when the
     lakeFS server presigns, straight from its object store with one GET
-    (`remote_keras.presign`).
+    (`remote_keras.presign`). `read_checked` and `load_many_checked` also
+    return the checksum each response carried (`remote_keras.integrity`).
 
     Args:
         storage_options: Passed to fsspec for every URL (credentials,
@@ -45,15 +48,33 @@ class FsspecLoader:
         Raises:
             FileNotFoundError, PermissionError, ImageLoadError: naming `path`.
         """
+        return self._read(path, checked=False).data
+
+    def read_checked(self, path: str) -> Fetched:
+        """Reads all bytes of `path`, with the checksum the store sent with them.
+
+        Returns:
+            `Fetched(data, checksum)`; `checksum` is `None` where the store or
+            client gives none (local files, lakeFS, multipart ETags, ...).
+
+        Raises:
+            OSError: `FileNotFoundError`, `PermissionError` or
+                `ImageLoadError`, naming `path`.
+        """
+        return self._read(path, checked=True)
+
+    def _read(self, path: str, checked: bool) -> Fetched:
         with errors.reading(path):
             if not storage.is_url(path):
                 with open(path, "rb") as f:
-                    return f.read()
+                    return Fetched(f.read(), None)
             fs, inner = self.filesystems.resolve(path)
             if lakefs.is_lakefs(path):
                 data = self.presigned.read(fs, path)
-                return lakefs.get_object(fs, path) if data is None else data
-            return fs.cat_file(inner)
+                return Fetched(lakefs.get_object(fs, path) if data is None else data, None)
+            if checked and storage.is_async(fs):
+                return checked_reads.read_one(fs, inner)
+            return Fetched(fs.cat_file(inner), None)
 
     def close(self) -> None:
         """Drops this loader's references to its filesystems; a later read resolves them again.
@@ -80,7 +101,29 @@ class FsspecLoader:
             One entry per path, in order: its bytes, or the exception
             (already naming the path) that reading it raised.
         """
-        results: list[bytes | BaseException] = [b""] * len(paths)
+        return [
+            r.data if isinstance(r, Fetched) else r
+            for r in self._load_many(paths, executor, checked=False)
+        ]
+
+    def load_many_checked(
+        self, paths: Sequence[str], executor: Executor | None = None
+    ) -> list[Fetched | BaseException]:
+        """`load_many`, keeping the checksum each response carried (see `read_checked`).
+
+        Async backends get the whole batch at once on fsspec's event loop, as
+        in `load_many`, with the same single GET per object.
+
+        Returns:
+            One entry per path, in order: `Fetched(data, checksum)`, or the
+            exception (already naming the path) that reading it raised.
+        """
+        return self._load_many(paths, executor, checked=True)
+
+    def _load_many(
+        self, paths: Sequence[str], executor: Executor | None, checked: bool
+    ) -> list[Fetched | BaseException]:
+        results: list[Fetched | BaseException] = [Fetched(b"", None)] * len(paths)
         batched: dict[Any, list[tuple[int, str]]] = {}
         one_by_one = []
         for i, path in enumerate(paths):
@@ -95,17 +138,31 @@ class FsspecLoader:
                     continue
             one_by_one.append(i)
         for fs, members in batched.items():
-            fetched = fs.cat_ranges([p for _, p in members], None, None, on_error="return")
+            inner_paths = [p for _, p in members]
+            fetched: list[Any] = (
+                checked_reads.read_batch(fs, inner_paths)
+                if checked
+                else fs.cat_ranges(inner_paths, None, None, on_error="return")
+            )
             for (i, _), value in zip(members, fetched):
-                bad = isinstance(value, BaseException)
-                results[i] = errors.translate(paths[i], value) if bad else value
+                if isinstance(value, BaseException):
+                    results[i] = errors.translate(paths[i], value)
+                else:
+                    results[i] = value if isinstance(value, Fetched) else Fetched(value, None)
         mapper = executor.map if executor is not None else map
-        for i, value in zip(one_by_one, mapper(self._capture, [paths[i] for i in one_by_one])):
+        read = self._capture_checked if checked else self._capture
+        for i, value in zip(one_by_one, mapper(read, [paths[i] for i in one_by_one])):
             results[i] = value
         return results
 
-    def _capture(self, path: str) -> bytes | BaseException:
+    def _capture(self, path: str) -> Fetched | BaseException:
         try:
-            return self(path)
+            return self._read(path, checked=False)
+        except Exception as exc:  # returned, raised by the caller
+            return exc
+
+    def _capture_checked(self, path: str) -> Fetched | BaseException:
+        try:
+            return self._read(path, checked=True)
         except Exception as exc:  # returned, raised by the caller
             return exc

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from remote_keras import errors, storage
+from remote_keras.loaders.checked_reads import Fetched, read_obstore
 from remote_keras.loaders.fsspec_loader import FsspecLoader
 from remote_keras.loaders.obstore_config import open_store, translate_options
 from remote_keras.loaders.obstore_errors import one_line_error
@@ -121,6 +122,33 @@ class ObstoreLoader:
             store, key = self._store_for(path)
         try:
             return obstore.get(store, key).bytes().to_bytes()
+        except Exception as exc:  # cut to one line, raised below
+            error = one_line_error(path, exc)
+        raise error  # outside `except`: obstore's many-line error is not chained
+
+    def read_checked(self, path: str) -> Fetched:
+        """Reads all bytes of `path`, with the S3 ETag when it is the object's MD5.
+
+        obstore exposes no other checksum (nor whether an S3 object is
+        encrypted with SSE-KMS or SSE-C, whose ETag is no MD5); GCS and Azure
+        reads come without one. URLs of other protocols are read by
+        `FsspecLoader.read_checked`.
+
+        Returns:
+            `Fetched(data, checksum)`.
+
+        Raises:
+            OSError: as a plain read, in one line naming `path`
+                (`FileNotFoundError`, `PermissionError`, `ConnectionError`,
+                `TimeoutError`, `ImageLoadError`).
+        """
+        protocol = storage.protocol_of(path)
+        if protocol not in self.PROTOCOLS or "::" in path or not _obstore_usable():
+            return self._fallback.read_checked(path)
+        with errors.reading(path):
+            store, key = self._store_for(path)
+        try:
+            return read_obstore(store, key, protocol)
         except Exception as exc:  # cut to one line, raised below
             error = one_line_error(path, exc)
         raise error  # outside `except`: obstore's many-line error is not chained

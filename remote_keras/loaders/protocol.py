@@ -1,8 +1,10 @@
 """What a loader is: any callable `path -> bytes | file-like | PIL.Image | ndarray`.
 
 A loader may also offer `load_many(paths, executor)` to fetch a whole batch
-at once (`BatchLoader`), and `exists(path) -> bool`, which
-`validate_filenames=True` asks for protocols fsspec does not know.
+at once (`BatchLoader`), `exists(path) -> bool`, which
+`validate_filenames=True` asks for protocols fsspec does not know, and
+`read_checked` / `load_many_checked`, which also return the checksum the
+store sent (`CheckedLoader`, `CheckedBatchLoader`; see `remote_keras.integrity`).
 """
 
 from __future__ import annotations
@@ -28,3 +30,28 @@ class BatchLoader(Protocol):
     def load_many(
         self, paths: Sequence[str], executor: Executor | None = None
     ) -> list[LoaderOutput | BaseException]: ...
+
+
+@runtime_checkable
+class CheckedLoader(Protocol):
+    """A loader that can also return the checksum the store sent with a body.
+
+    `read_checked(path)` returns `checked_reads.Fetched(data, checksum)`;
+    iterators call it instead of the loader itself when `verify_checksums`
+    is on, and check the body against the checksum.
+    """
+
+    def __call__(self, path: str) -> LoaderOutput: ...
+
+    def read_checked(self, path: str) -> Any: ...
+
+
+@runtime_checkable
+class CheckedBatchLoader(Protocol):
+    """A `BatchLoader` whose `load_many_checked` returns `Fetched` (or exceptions) per path."""
+
+    def __call__(self, path: str) -> LoaderOutput: ...
+
+    def load_many_checked(
+        self, paths: Sequence[str], executor: Executor | None = None
+    ) -> list[Any]: ...

@@ -7,7 +7,8 @@ raw bytes. Requests are classified as `GET`, `HEAD`, `PUT`, ... and `LIST`
 
 With a `FaultPlan` it also injects faults into some requests, drawn from a seeded
 random generator in request-arrival order: S3-style error statuses, connection
-resets before or during the response, truncated bodies and stalls.
+resets before or during the response, truncated bodies and stalls, or silent
+corruption: a few bytes flipped in the middle of a body (same status, same length).
 
 Magic paths, answered by the proxy itself (never forwarded, counted or faulted):
 
@@ -64,7 +65,9 @@ FAULTS_PATH = "/__proxy__/faults"
 # A POST to this path (JSON body `{"seconds": N}`) takes the proxy down for N seconds.
 OUTAGE_PATH = "/__proxy__/outage"
 
+# Faults that make a request fail; and those that corrupt its answer without failing it.
 FAULT_KINDS = ("503", "500", "429", "reset-before", "reset-mid-body", "truncate", "stall")
+CORRUPTION_KINDS = ("flip",)
 # kind -> (reason phrase, S3 error code, message)
 _STATUS_FAULTS = {
     "503": ("Slow Down", "SlowDown", "Please reduce your request rate."),
@@ -107,7 +110,8 @@ class FaultPlan:
         seed: Seed of the generator that draws the decisions, in request-arrival order;
             each eligible request takes one draw (and one more for the kind if faulted),
             so the same requests in the same order meet the same faults.
-        kinds: Faults to choose from (uniformly), a subset of `FAULT_KINDS`:
+        kinds: Faults to choose from (uniformly), a subset of `FAULT_KINDS` and
+            `CORRUPTION_KINDS`:
             `"503"`, `"500"`, `"429"`: an error response (S3-style XML, or lakeFS-style
             JSON on `/api/v1/`) with `Connection: close`, then the connection closes.
             `"reset-before"`: the connection is reset (RST) before anything is forwarded.
@@ -117,6 +121,11 @@ class FaultPlan:
             (FIN), so the body ends short of its `Content-Length`.
             `"stall"`: nothing is forwarded or answered for `stall_s`, then it closes.
             Where a response has no body to cut, the cutting kinds cut its head instead.
+            `"flip"`: the request is forwarded and the whole response relayed with
+            `flip_bytes` bytes in the middle of its body changed (see `flip_middle`),
+            same status, headers and length, plus `Connection: close`, then the
+            connection closes. Bodies without `Content-Length` (chunked, or ended by
+            closing), and answers other than 200 and 206, are relayed unchanged.
         methods: Only requests with these methods are eligible.
         only_objects: Only object requests are eligible (see `is_object_request`): never
             S3 listings or bucket calls, never lakeFS API calls other than objects.
@@ -124,6 +133,9 @@ class FaultPlan:
             times, so that retries eventually succeed; `None` for no limit.
         stall_s: Seconds a `"stall"` holds the request.
         retry_after_s: If set, `"503"` and `"429"` responses carry `Retry-After`.
+        targets: If not empty, only requests whose target (path and query) contains
+            one of these strings are eligible, e.g. one object's key.
+        flip_bytes: Bytes a `"flip"` changes.
     """
 
     rate: float
@@ -134,15 +146,21 @@ class FaultPlan:
     max_faults_per_key: int | None = None
     stall_s: float = 30.0
     retry_after_s: int | None = None
+    targets: tuple[str, ...] = ()
+    flip_bytes: int = 3
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kinds", tuple(self.kinds))
         object.__setattr__(self, "methods", tuple(m.upper() for m in self.methods))
+        object.__setattr__(self, "targets", tuple(self.targets))
         if not 0.0 <= self.rate <= 1.0:
             raise ValueError(f"rate must be in [0, 1], got {self.rate}")
-        unknown = set(self.kinds) - set(FAULT_KINDS)
+        known = FAULT_KINDS + CORRUPTION_KINDS
+        unknown = set(self.kinds) - set(known)
         if unknown or not self.kinds:
-            raise ValueError(f"kinds must be a non-empty subset of {FAULT_KINDS}: {self.kinds}")
+            raise ValueError(f"kinds must be a non-empty subset of {known}: {self.kinds}")
+        if self.flip_bytes < 1:
+            raise ValueError(f"flip_bytes must be >= 1, got {self.flip_bytes}")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -301,6 +319,8 @@ class CountingProxy(LocalServer):
             return None
         if plan.only_objects and not is_object_request(method, target):
             return None
+        if plan.targets and not any(wanted in target for wanted in plan.targets):
+            return None
         if self._rng.random() >= plan.rate:
             return None
         kind = self._rng.choice(plan.kinds)
@@ -430,16 +450,22 @@ class CountingProxy(LocalServer):
             _reset(writer)
         elif fault == "stall":
             await asyncio.sleep(plan.stall_s)
-        else:  # reset-mid-body, truncate: a fresh upstream connection for this one response
+        else:  # reset-mid-body, truncate, flip: a fresh upstream connection for this response
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+            verb = head.split(b" ", 1)[0]
             try:
                 up_writer.write(head)
                 await _forward_body(reader, up_writer, headers)
                 await up_writer.drain()
-                writer.write(await _cut_response(up_reader, head.split(b" ", 1)[0]))
+                if fault == "flip":
+                    writer.write(await _flipped_response(up_reader, verb, plan.flip_bytes))
+                else:
+                    writer.write(await _cut_response(up_reader, verb))
                 await writer.drain()
             finally:
                 up_writer.close()
+            if fault == "flip":
+                await _lingering_close(reader, writer)
             if fault == "reset-mid-body":
                 while writer.transport.get_write_buffer_size():
                     await asyncio.sleep(0.001)
@@ -501,6 +527,46 @@ async def _cut_response(reader: asyncio.StreamReader, method: bytes) -> bytes:
     else:
         body = await reader.readexactly(int(headers["content-length"]) // 2)
     return head + body if body else head[: len(head) // 2]
+
+
+def flip_middle(body: bytes, count: int = 3) -> bytes:
+    """`body` with `count` bytes from its middle on changed (the lowest bit flipped).
+
+    A byte that would become `0xFF` (a JPEG marker) gets its second bit flipped
+    instead, so a flipped JPEG still decodes, to other pixels.
+
+    Args:
+        body: The bytes to damage.
+        count: How many consecutive bytes to change (fewer if the body is shorter).
+
+    Returns:
+        A copy of the same length that differs in exactly `min(count, len(body))` bytes.
+    """
+    damaged = bytearray(body)
+    start = max(0, len(body) // 2 - count // 2)
+    for i in range(start, min(len(body), start + count)):
+        damaged[i] ^= 0x02 if damaged[i] == 0xFE else 0x01
+    return bytes(damaged)
+
+
+async def _flipped_response(reader: asyncio.StreamReader, method: bytes, count: int) -> bytes:
+    """Reads one response; returns it with its body flipped (`flip_middle`), and closing."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    status_line, headers = _parse_head(head)
+    status = int(status_line.split(" ")[1])
+    chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+    if method == b"HEAD" or status in (204, 304) or status < 200:
+        body = b""
+    elif chunked or "content-length" in headers:
+        body = await _read_body(reader, headers)
+    else:
+        body = await reader.read()  # delimited by the server closing the connection
+    if status in (200, 206) and "content-length" in headers and not chunked:
+        body = flip_middle(body, count)
+    lines = [
+        line for line in head[:-4].split(b"\r\n") if not line.lower().startswith(b"connection:")
+    ]
+    return b"\r\n".join([*lines, b"Connection: close"]) + b"\r\n\r\n" + body
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
