@@ -18,7 +18,7 @@ Scenarios, per size and latency:
 - `paginator`: the baseline, a serial botocore `list_objects_v2` paginator
   (what boto3's is) keeping the key strings;
 - `directory`: `flow_from_directory("s3://.../scale-N")`;
-- `listing only`: the listing it makes (`storage.walk_files`), without the iterator;
+- `listing only`: the listing it makes (`locations.walk_files`), without the iterator;
 - `subsets`: the `"training"` then the `"validation"` subset of one generator;
 - `dataframe`: `flow_from_dataframe` of N distinct URLs, `validate_filenames=True`;
 - `before ...`: the same with another copy of remote_keras (`--before PATH`, e.g.
@@ -198,9 +198,9 @@ def probe(spec: dict) -> dict:
             out["samples"] = train.samples + it.samples
             train.close()
         elif kind == "listing":
-            from remote_keras import storage
+            from remote_keras.storage import locations
 
-            entries = storage.walk_files(url, storage.FileSystems(options))
+            entries = locations.walk_files(url, locations.FileSystems(options))
         else:
             it = gen.flow_from_directory(url, **kw)
         out["startup_s"] = time.perf_counter() - start

@@ -25,55 +25,59 @@ if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "y
 # The public names load on first use (PEP 562), so that `import remote_keras.testing...`
 # (the local test servers) imports neither Keras nor TensorFlow.
 _MODULES = {
-    "BackupAndRestore": "remote_keras.resume",
-    "ChecksumMismatchError": "remote_keras.integrity",
-    "DataFrameIterator": "remote_keras.iterators",
-    "DataVersionCallback": "remote_keras.callbacks",
-    "DirectoryIterator": "remote_keras.iterators",
-    "EpochInputReport": "remote_keras.callbacks",
-    "FsspecLoader": "remote_keras.loaders",
-    "ImageDataGenerator": "remote_keras.generator",
+    "BackupAndRestore": "remote_keras.keras3.resume",
+    "ChecksumMismatchError": "remote_keras.storage.integrity",
+    "DataFrameIterator": "remote_keras.keras3.iterators",
+    "DataVersionCallback": "remote_keras.keras3.callbacks",
+    "DirectoryIterator": "remote_keras.keras3.iterators",
+    "EpochInputReport": "remote_keras.keras3.callbacks",
+    "FsspecLoader": "remote_keras.storage.loaders",
+    "ImageDataGenerator": "remote_keras.keras3.generator",
     "ImageDecodeError": "remote_keras.errors",
     "ImageLoadError": "remote_keras.errors",
-    "InputStallCallback": "remote_keras.callbacks",
+    "InputStallCallback": "remote_keras.keras3.callbacks",
     "Iterator": "keras.src.legacy.preprocessing.image",
-    "LoaderStats": "remote_keras.stats",
+    "LoaderStats": "remote_keras.pipeline.stats",
     "MissingBackendError": "remote_keras.errors",
     "NumpyArrayIterator": "keras.src.legacy.preprocessing.image",
-    "ObstoreLoader": "remote_keras.loaders",
-    "RetryPolicy": "remote_keras.retry",
-    "Shard": "remote_keras.sharding",
-    "decode_image": "remote_keras.decoding",
-    "pin_url": "remote_keras.records",
-    "pinned_urls": "remote_keras.records",
-    "read_lakefs_ref": "remote_keras.records",
-    "read_table": "remote_keras.records",
-    "write_data_version": "remote_keras.records",
-    "WorkerDiedError": "remote_keras.workers",
+    "ObstoreLoader": "remote_keras.storage.loaders",
+    "RetryPolicy": "remote_keras.storage.retry",
+    "Shard": "remote_keras.pipeline.sharding",
+    "decode_image": "remote_keras.pipeline.decoding",
+    "pin_url": "remote_keras.storage.records",
+    "pinned_urls": "remote_keras.storage.records",
+    "read_lakefs_ref": "remote_keras.storage.records",
+    "read_table": "remote_keras.storage.records",
+    "write_data_version": "remote_keras.storage.records",
+    "WorkerDiedError": "remote_keras.keras3.workers",
 }
 
 if TYPE_CHECKING:
     from keras.src.legacy.preprocessing.image import Iterator, NumpyArrayIterator
 
-    from remote_keras.callbacks import DataVersionCallback, EpochInputReport, InputStallCallback
-    from remote_keras.decoding import decode_image
     from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
-    from remote_keras.generator import ImageDataGenerator
-    from remote_keras.integrity import ChecksumMismatchError
-    from remote_keras.iterators import DataFrameIterator, DirectoryIterator
-    from remote_keras.loaders import FsspecLoader, ObstoreLoader
-    from remote_keras.records import (
+    from remote_keras.keras3.callbacks import (
+        DataVersionCallback,
+        EpochInputReport,
+        InputStallCallback,
+    )
+    from remote_keras.keras3.generator import ImageDataGenerator
+    from remote_keras.keras3.iterators import DataFrameIterator, DirectoryIterator
+    from remote_keras.keras3.resume import BackupAndRestore
+    from remote_keras.keras3.workers import WorkerDiedError
+    from remote_keras.pipeline.decoding import decode_image
+    from remote_keras.pipeline.sharding import Shard
+    from remote_keras.pipeline.stats import LoaderStats
+    from remote_keras.storage.integrity import ChecksumMismatchError
+    from remote_keras.storage.loaders import FsspecLoader, ObstoreLoader
+    from remote_keras.storage.records import (
         pin_url,
         pinned_urls,
         read_lakefs_ref,
         read_table,
         write_data_version,
     )
-    from remote_keras.resume import BackupAndRestore
-    from remote_keras.retry import RetryPolicy
-    from remote_keras.sharding import Shard
-    from remote_keras.stats import LoaderStats
-    from remote_keras.workers import WorkerDiedError
+    from remote_keras.storage.retry import RetryPolicy
 
 try:
     __version__ = version("remote-keras")

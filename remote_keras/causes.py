@@ -1,7 +1,7 @@
 """Walking an exception's causes: the chain, and whether DNS said a host does not exist.
 
 Shared by `remote_keras.errors` (which names the endpoint at fault) and
-`remote_keras.retry` (which never retries an unknown host), below both.
+`remote_keras.storage.retry` (which never retries an unknown host), below both.
 """
 
 from __future__ import annotations

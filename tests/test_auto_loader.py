@@ -8,7 +8,7 @@ import logging
 import pytest
 
 import remote_keras as rk
-from remote_keras.loaders import FsspecLoader, ObstoreLoader, choose_loader
+from remote_keras.storage.loaders import FsspecLoader, ObstoreLoader, choose_loader
 from tests.helpers import assert_same_batch
 
 

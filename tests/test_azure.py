@@ -133,7 +133,7 @@ def test_bad_key_is_permission_error_without_the_secret(azurite, azure_images, a
 
 def test_obstore_settings_from_an_adlfs_connection_string():
     """adlfs's option styles become obstore's Azure settings; what it cannot express fails."""
-    from remote_keras.loaders.obstore_config import translate_options
+    from remote_keras.storage.loaders.obstore_config import translate_options
 
     key = "a2V5LWZvci10ZXN0cw=="
     text = f"AccountName=acct;AccountKey={key};BlobEndpoint=http://127.0.0.1:1/acct/;"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import remote_keras as rk
-from remote_keras.cache import DiskCache
+from remote_keras.storage.cache import DiskCache
 from tests.helpers import assert_same_batch
 
 DAMAGE = ("flip", "truncate", "empty", "header")

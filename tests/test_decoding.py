@@ -10,7 +10,7 @@ import pytest
 from keras.src.utils import image_utils
 from PIL import Image
 
-from remote_keras import decoding
+from remote_keras.pipeline import decoding
 
 INTERPOLATIONS = ["nearest", "bilinear", "bicubic", "hamming", "box", "lanczos"]
 COLOR_MODES = ["grayscale", "rgb", "rgba"]

@@ -14,7 +14,7 @@ from keras.src.legacy.preprocessing import image as keras_image
 from PIL import Image
 
 import remote_keras as rk
-from remote_keras.cache import DiskCache
+from remote_keras.storage.cache import DiskCache
 from remote_keras.testing.data import photo_like_jpeg
 from tests.helpers import assert_same_batch, put_objects
 

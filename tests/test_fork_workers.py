@@ -22,7 +22,7 @@ THREE_FITS = textwrap.dedent(
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     import keras
     import remote_keras as rk
-    from remote_keras.loaders import ObstoreLoader
+    from remote_keras.storage.loaders import ObstoreLoader
 
     spec = json.loads(sys.argv[1])
     home = os.getpid()

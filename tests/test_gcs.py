@@ -128,7 +128,7 @@ def test_obstore_reads_gcsfs_emulator_variable(gcs_images, gcs_proxy, monkeypatc
 
 def test_obstore_settings_from_gcsfs_options(tmp_path):
     """gcsfs's option styles become obstore's GCS settings; what it cannot express fails."""
-    from remote_keras.loaders.obstore_config import translate_options
+    from remote_keras.storage.loaders.obstore_config import translate_options
 
     settings = translate_options("gs", {"endpoint_url": "http://127.0.0.1:1/", "token": "anon"})
     assert settings.config == {"base_url": "http://127.0.0.1:1", "skip_signature": True}

@@ -115,8 +115,9 @@ def test_the_package_has_no_import_cycles():
     graph = grimp.build_graph(PACKAGE)
     edges = imports(graph)
     # The graph is the real one (deferred imports included), not an empty one.
-    assert "remote_keras.errors" in edges["remote_keras.retry"]
-    assert "remote_keras.loaders" in edges["remote_keras.records"]  # inside a function
+    assert "remote_keras.errors" in edges["remote_keras.storage.retry"]
+    # inside a function:
+    assert "remote_keras.storage.loaders" in edges["remote_keras.storage.records"]
     found = [
         f"{describe(graph, cycle)}\n  (one of the cycles among {sorted(component)})"
         for cycle, component in cycles(edges)
@@ -144,9 +145,9 @@ def test_cycles_are_found_through_deferred_imports_and_package_inits():
 
 
 def test_decoding_imports_first_in_a_fresh_interpreter():
-    # It imports `remote_keras.loaders.protocol`, which runs `remote_keras/loaders/__init__.py`.
+    # It imports `remote_keras.storage.loaders.protocol`, which runs `loaders/__init__.py`.
     result = subprocess.run(
-        [sys.executable, "-c", "import remote_keras.decoding"],
+        [sys.executable, "-c", "import remote_keras.pipeline.decoding"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

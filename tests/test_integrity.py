@@ -20,8 +20,8 @@ import s3fs
 from obstore.store import S3Store
 
 import remote_keras as rk
-from remote_keras import integrity, retry
-from remote_keras.integrity import Checksum, ChecksumMismatchError
+from remote_keras.storage import integrity, retry
+from remote_keras.storage.integrity import Checksum, ChecksumMismatchError
 from remote_keras.testing import CountingProxy, StaticHTTPServer
 from remote_keras.testing.data import photo_like_jpeg
 from remote_keras.testing.proxy import FaultPlan, flip_middle

@@ -2,7 +2,7 @@
 
 A subprocess makes `import keras` and `import tensorflow` fail before anything
 is imported, then imports every core module and reads epochs of batches from
-the S3 server through `remote_keras.reader.BatchReader`; the parent compares
+the S3 server through `remote_keras.pipeline.reader.BatchReader`; the parent compares
 them with what the Keras iterator gives for the same files.
 """
 
@@ -22,61 +22,38 @@ import pytest
 import remote_keras as rk
 from tests.helpers import assert_same_batch
 
-# Modules that must import without Keras or TensorFlow.
-CORE = [
-    "remote_keras",
-    "remote_keras.backup_files",
-    "remote_keras.batches",
-    "remote_keras.cache",
-    "remote_keras.causes",
-    "remote_keras.decoding",
-    "remote_keras.demo",  # imports Keras when run only
-    "remote_keras.epochs",
-    "remote_keras.errors",
-    "remote_keras.existence",
-    "remote_keras.fetching",
-    "remote_keras.integrity",
-    "remote_keras.lakefs",
-    "remote_keras.listers",
-    "remote_keras.listing",
-    "remote_keras.listing_cache",
-    "remote_keras.loaders",
-    "remote_keras.loaders.auto",
-    "remote_keras.loaders.checked_reads",
-    "remote_keras.loaders.fsspec_loader",
-    "remote_keras.loaders.obstore_config",
-    "remote_keras.loaders.obstore_errors",
-    "remote_keras.loaders.obstore_loader",
-    "remote_keras.loaders.protocol",
-    "remote_keras.options",
-    "remote_keras.pages",
-    "remote_keras.prefetch",
-    "remote_keras.presign",
-    "remote_keras.presign_ahead",
-    "remote_keras.progress",
-    "remote_keras.reader",
-    "remote_keras.records",
-    "remote_keras.retry",
-    "remote_keras.s3pages",
-    "remote_keras.saving",
-    "remote_keras.sharding",
-    "remote_keras.skips",
-    "remote_keras.stats",
-    "remote_keras.storage",
-    "remote_keras.tfdata",  # imports TensorFlow when called only
-    "remote_keras.workers",
-]
-# The Keras layer: these need Keras.
-KERAS_LAYER = [
-    "remote_keras.callbacks",
-    "remote_keras.generator",
-    "remote_keras.iterators",
-    "remote_keras.iterators.base",
-    "remote_keras.iterators.dataframe",
-    "remote_keras.iterators.directory",
-    "remote_keras.iterators.keras_pixels",
-    "remote_keras.resume",
-]
+# Modules that must import without Keras or TensorFlow: everything outside the Keras front.
+CORE_PACKAGES = ("remote_keras.storage", "remote_keras.pipeline")
+CORE_MODULES = ("remote_keras", "remote_keras.errors", "remote_keras.causes", "remote_keras.demo")
+# Modules of the Keras front that need no Keras to import (they use it when called).
+FRONT_WITHOUT_KERAS = (
+    "remote_keras.keras3",
+    "remote_keras.keras3.backup_files",
+    "remote_keras.keras3.tfdata",
+    "remote_keras.keras3.workers",
+)
+
+
+def _modules() -> set[str]:
+    return {"remote_keras"} | {
+        module.name
+        for module in pkgutil.walk_packages(rk.__path__, "remote_keras.")
+        if not module.name.startswith("remote_keras.testing")
+    }
+
+
+CORE = sorted(
+    name
+    for name in _modules()
+    if name in CORE_MODULES
+    or name.startswith(tuple(p + "." for p in CORE_PACKAGES))
+    or name in CORE_PACKAGES
+)
+KERAS_LAYER = sorted(
+    name
+    for name in _modules()
+    if name.startswith("remote_keras.keras3") and name not in FRONT_WITHOUT_KERAS
+)
 
 # Runs first in the subprocess: Keras, TensorFlow (and the other backends) cannot be imported.
 BLOCKER = """
@@ -107,14 +84,12 @@ def _run_blocked(code: str, tmp_path) -> subprocess.CompletedProcess:
     )
 
 
-def test_every_module_is_classified():
-    found = {
-        module.name
-        for module in pkgutil.walk_packages(rk.__path__, "remote_keras.")
-        if not module.name.startswith("remote_keras.testing")
-    }
-    assert found | {"remote_keras"} == set(CORE) | set(KERAS_LAYER)
-    assert not set(CORE) & set(KERAS_LAYER)
+def test_every_module_is_in_a_layer():
+    found = _modules()
+    front = set(KERAS_LAYER) | set(FRONT_WITHOUT_KERAS)
+    assert found == set(CORE) | front, sorted(found - set(CORE) - front)
+    assert not set(CORE) & front
+    assert len(CORE) > 30 and len(KERAS_LAYER) > 5  # the lists are the real package
 
 
 def test_core_modules_import_without_keras(tmp_path):
@@ -122,7 +97,7 @@ def test_core_modules_import_without_keras(tmp_path):
         f"""
         import importlib, json
         outcome = {{}}
-        for name in {CORE + KERAS_LAYER!r}:
+        for name in {CORE + list(FRONT_WITHOUT_KERAS) + KERAS_LAYER!r}:
             try:
                 importlib.import_module(name)
                 outcome[name] = "ok"
@@ -135,7 +110,8 @@ def test_core_modules_import_without_keras(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.splitlines()[-1])
-    assert {name: report["outcome"][name] for name in CORE} == {name: "ok" for name in CORE}
+    importable = CORE + list(FRONT_WITHOUT_KERAS)
+    assert {name: report["outcome"][name] for name in importable} == dict.fromkeys(importable, "ok")
     # The blocker works: the Keras layer cannot be imported.
     for name in KERAS_LAYER:
         assert "is blocked in this test" in report["outcome"][name], name
@@ -171,7 +147,7 @@ def test_core_reads_the_keras_iterators_batches_without_keras(
         """
         import json
         import numpy as np
-        from remote_keras.reader import BatchReader
+        from remote_keras.pipeline.reader import BatchReader
 
         job = json.load(open("job.json"))
         arrays = {}

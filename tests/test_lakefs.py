@@ -20,8 +20,8 @@ from lakefs.client import Client
 from lakefs_spec import LakeFSFileSystem
 
 import remote_keras as rk
-from remote_keras.callbacks import DataVersionCallback
-from remote_keras.records import write_data_version
+from remote_keras.keras3.callbacks import DataVersionCallback
+from remote_keras.storage.records import write_data_version
 from remote_keras.testing.lakefs_server import LakeFSTarget, lakefs_target
 from tests.helpers import assert_same_batch
 

@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 import remote_keras as rk
-from remote_keras import prefetch
+from remote_keras.pipeline import prefetch
 
 ITERATORS = 20
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from lakefs.client import Client
 
 import remote_keras as rk
-from remote_keras import listers, listing_cache, pages, s3pages
-from remote_keras.options import LoaderOptions
+from remote_keras.pipeline.options import LoaderOptions
+from remote_keras.storage import listers, listing_cache, pages, s3pages
 from remote_keras.testing import LakeFSServer
 from tests.helpers import noise_png
 

@@ -15,7 +15,7 @@ from keras.src.utils import image_utils
 from PIL import Image
 
 import remote_keras as rk
-from remote_keras import storage
+from remote_keras.storage import locations
 from tests.helpers import assert_same_batch
 
 
@@ -161,12 +161,12 @@ def test_unknown_protocol_is_named():
 
 
 def test_join_follows_os_path_join_and_urls():
-    assert storage.join("s3://b/p/", "c/x.png") == "s3://b/p/c/x.png"
-    assert storage.join("s3://b/p", "gs://other/y.png") == "gs://other/y.png"
-    assert storage.join("/data", "/abs/x.png") == "/abs/x.png"
-    assert storage.join("", "x.png") == "x.png"
-    assert storage.join(None, "s3://b/x.png") == "s3://b/x.png"
-    assert storage.join("data", "x.png") == os.path.join("data", "x.png")
+    assert locations.join("s3://b/p/", "c/x.png") == "s3://b/p/c/x.png"
+    assert locations.join("s3://b/p", "gs://other/y.png") == "gs://other/y.png"
+    assert locations.join("/data", "/abs/x.png") == "/abs/x.png"
+    assert locations.join("", "x.png") == "x.png"
+    assert locations.join(None, "s3://b/x.png") == "s3://b/x.png"
+    assert locations.join("data", "x.png") == os.path.join("data", "x.png")
 
 
 def test_secrets_are_redacted_from_urls():

@@ -11,9 +11,9 @@ import time
 import pytest
 
 import remote_keras as rk
-from remote_keras import retry
-from remote_keras.loaders.obstore_config import translate_options
-from remote_keras.loaders.obstore_errors import one_line_error
+from remote_keras.storage import retry
+from remote_keras.storage.loaders.obstore_config import translate_options
+from remote_keras.storage.loaders.obstore_errors import one_line_error
 from remote_keras.testing.proxy import FaultPlan
 from remote_keras.testing.s3 import free_port, rclone_binary
 from tests.helpers import assert_same_batch

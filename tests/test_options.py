@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import remote_keras as rk
-from remote_keras.options import NAMES, LoaderOptions, LoaderOverrides
+from remote_keras.pipeline.options import NAMES, LoaderOptions, LoaderOverrides
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

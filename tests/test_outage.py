@@ -23,7 +23,7 @@ import pytest
 
 import remote_keras as rk
 from remote_keras import errors
-from remote_keras.retry import RetryPolicy, as_policy, fetch_with_retries, is_transient
+from remote_keras.storage.retry import RetryPolicy, as_policy, fetch_with_retries, is_transient
 from remote_keras.testing.proxy import COUNTS_PATH, OUTAGE_PATH, CountingProxy, ProxyProcess
 from remote_keras.testing.s3 import free_port
 from tests.helpers import AUGMENT, assert_same_batch, noise_png
@@ -301,7 +301,7 @@ def test_unknown_hosts_fail_at_once_and_temporary_dns_failures_are_retried(exc, 
 def test_a_refused_lakefs_connection_is_transient_raw_and_translated():
     from lakefs_spec import LakeFSFileSystem
 
-    from remote_keras import lakefs
+    from remote_keras.storage import lakefs
 
     fs = LakeFSFileSystem(
         host=f"http://127.0.0.1:{free_port()}", username="a", password="b", skip_instance_cache=True
@@ -435,7 +435,7 @@ def _pool_warnings(options: dict, repo: str) -> list[str]:
 
 
 def test_a_lakefs_epoch_never_fills_the_connection_pool(lakefs_data, monkeypatch):
-    from remote_keras import lakefs
+    from remote_keras.storage import lakefs
 
     server, repo = lakefs_data
     options = dict(server.storage_options, skip_instance_cache=True)  # a fresh client each

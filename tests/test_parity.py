@@ -250,7 +250,7 @@ STANDARDIZE_CASES = {
 
 @pytest.mark.parametrize("case", list(STANDARDIZE_CASES))
 def test_direct_and_general_decoding_paths_equal_stock(image_dir, case):
-    from remote_keras.batches import _writes_direct
+    from remote_keras.pipeline.batches import _writes_direct
 
     gen_kwargs, flow_kwargs, direct = STANDARDIZE_CASES[case]
     directory, _ = image_dir
@@ -271,7 +271,7 @@ def test_direct_and_general_decoding_paths_equal_stock(image_dir, case):
 
 
 def test_plain_rescale_takes_the_direct_path_per_sample(image_dir, monkeypatch):
-    from remote_keras import batches
+    from remote_keras.pipeline import batches
 
     def general_path(*args, **kwargs):
         raise AssertionError("the general path ran")

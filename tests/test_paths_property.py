@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import remote_keras as rk
-from remote_keras import listing
+from remote_keras.storage import listing
 from tests.helpers import png_bytes, put_objects
 
 # Characters people really put in keys, including the glob and URL specials.

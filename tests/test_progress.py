@@ -7,7 +7,7 @@ import time
 import pytest
 
 import remote_keras as rk
-from remote_keras import progress, storage
+from remote_keras.storage import locations, progress
 
 
 @pytest.fixture
@@ -38,13 +38,13 @@ def test_a_slow_listing_keeps_the_bar_ticking(
     immediate_bars, terminal, monkeypatch, s3_images, s3_options, capsys
 ):
     url, _ = s3_images
-    real_find = storage.find
+    real_find = locations.find
 
     def slow_find(*args, **kwargs):
         time.sleep(1.0)  # one blocking call, like paging through a million keys
         return real_find(*args, **kwargs)
 
-    monkeypatch.setattr(storage, "find", slow_find)
+    monkeypatch.setattr(locations, "find", slow_find)
     with rk.ImageDataGenerator(storage_options=s3_options).flow_from_directory(url):
         pass
     err = capsys.readouterr().err
@@ -55,13 +55,13 @@ def test_a_bar_written_to_a_file_is_not_redrawn(
     immediate_bars, monkeypatch, s3_images, s3_options, capsys
 ):
     url, _ = s3_images
-    real_find = storage.find
+    real_find = locations.find
 
     def slow_find(*args, **kwargs):
         time.sleep(1.0)
         return real_find(*args, **kwargs)
 
-    monkeypatch.setattr(storage, "find", slow_find)
+    monkeypatch.setattr(locations, "find", slow_find)
     with rk.ImageDataGenerator(storage_options=s3_options).flow_from_directory(url):
         pass
     err = capsys.readouterr().err  # not a terminal: what a log file gets

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import remote_keras as rk
-from remote_keras.reader import BatchReader
+from remote_keras.pipeline.reader import BatchReader
 from tests.helpers import assert_same_batch
 
 

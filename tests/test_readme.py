@@ -56,7 +56,7 @@ import pytest
 from lakefs.client import Client
 from lakefs_spec import LakeFSFileSystem
 
-from remote_keras.iterators import RemoteBatchMixin
+from remote_keras.keras3.iterators import RemoteBatchMixin
 from remote_keras.testing import LakeFSServer, S3Server
 from tests.conftest import _our_threads, write_tree
 

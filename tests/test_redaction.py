@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 import remote_keras as rk
-from remote_keras import errors, retry
+from remote_keras import errors
+from remote_keras.storage import retry
 from remote_keras.testing import StaticHTTPServer
 
 SECRETS = ("pa55wordXYZ", "SIGxSECRETx1", "CREDxSECRETx2", "TOKxSECRETx3", "SASxSECRETx4")

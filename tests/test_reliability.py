@@ -16,7 +16,7 @@ import pytest
 
 import remote_keras as rk
 from remote_keras import errors
-from remote_keras.retry import RetryPolicy, fetch_with_retries, is_transient
+from remote_keras.storage.retry import RetryPolicy, fetch_with_retries, is_transient
 from tests.conftest import make_image
 from tests.helpers import AUGMENT, assert_same_batch
 

@@ -411,7 +411,7 @@ def test_the_validation_iterator_resumes_too(
 
 
 def test_backup_files_complete_a_torn_pair_and_remove_only_their_own_leftovers(tmp_path):
-    from remote_keras import backup_files
+    from remote_keras.keras3 import backup_files
 
     weights, metadata = (
         str(tmp_path / "latest.weights.h5"),

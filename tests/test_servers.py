@@ -60,7 +60,7 @@ def test_top_level_names_load_on_first_use():
     code = NO_TENSORFLOW.format(imports="import remote_keras as rk") + (
         "; assert set(rk.__all__) <= set(dir(rk)); "
         "from remote_keras import RetryPolicy; assert rk.RetryPolicy is RetryPolicy; "
-        "import remote_keras.retry; assert RetryPolicy is remote_keras.retry.RetryPolicy\n"
+        "import remote_keras.storage.retry as retry; assert RetryPolicy is retry.RetryPolicy\n"
         "try:\n    rk.NoSuchName\nexcept AttributeError as e:\n    assert 'NoSuchName' in str(e)\n"
         "else:\n    raise AssertionError('no AttributeError')"
     )

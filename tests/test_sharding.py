@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import remote_keras as rk
-from remote_keras import sharding
+from remote_keras.pipeline import sharding
 
 
 def _sample_ids(it) -> list[int]:
@@ -207,7 +207,7 @@ def test_fit_refuses_a_shard_that_tf_distribute_would_split_again(monkeypatch, n
 
 # Records `(epoch, url)` of every read, for the worker scripts below.
 RECORDING_LOADER = """
-from remote_keras.loaders import FsspecLoader
+from remote_keras.storage.loaders import FsspecLoader
 
 reads = []
 

@@ -18,7 +18,7 @@ import keras
 import pytest
 
 import remote_keras as rk
-from remote_keras import sharding
+from remote_keras.pipeline import sharding
 
 KERAS = tuple(int(part) for part in keras.__version__.split(".")[:2])
 

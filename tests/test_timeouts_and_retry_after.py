@@ -9,7 +9,8 @@ import botocore.exceptions
 import pytest
 
 import remote_keras as rk
-from remote_keras import fetching, retry
+from remote_keras.pipeline import fetching
+from remote_keras.storage import retry
 from remote_keras.testing.proxy import FaultPlan
 
 LOADERS = ("fsspec", "obstore")
@@ -207,7 +208,7 @@ def test_a_request_queued_behind_others_gets_its_whole_timeout():
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from remote_keras.stats import StatsRecorder
+    from remote_keras.pipeline.stats import StatsRecorder
 
     def loader(path):
         threading.Event().wait(1.2)

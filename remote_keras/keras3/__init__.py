@@ -1,0 +1,1 @@
+"""The Keras 3 front: Keras's own iterators and callbacks, subclassed over the pipeline."""

@@ -1,0 +1,73 @@
+"""What Keras adds to a batch's pixels: `floatx` and the `ImageDataGenerator`'s steps.
+
+The Keras layer's side of `remote_keras.pipeline.batches.Pixels`: the core builds
+batches without importing Keras, and asks the iterator, once per batch, for
+these settings through `batch_pixels()`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from keras import backend
+from keras.src.legacy.preprocessing import image as keras_image
+
+from remote_keras.pipeline.batches import Pixels
+
+# What `ImageDataGenerator.get_random_transform` draws when the generator has no random
+# augmentation: `apply_transform` then returns its input unchanged.
+IDENTITY = {
+    "theta": 0, "tx": 0, "ty": 0, "shear": 0, "zx": 1, "zy": 1,
+    "flip_horizontal": False, "flip_vertical": False,
+    "channel_shift_intensity": None, "brightness": None,
+}  # fmt: skip
+_STANDARDIZE_STEPS = (
+    "preprocessing_function", "samplewise_center", "samplewise_std_normalization",
+    "featurewise_center", "featurewise_std_normalization", "zca_whitening",
+)  # fmt: skip
+
+
+class KerasPixels:
+    """Mixin for the Keras iterators: their `batch_pixels()`, read by `pipeline.batches`."""
+
+    image_data_generator: Any
+
+    def batch_pixels(self) -> Pixels:
+        """Keras's `floatx` and the generator's transform and standardization, as they are now.
+
+        Returns:
+            The `Pixels` of the next batch.
+        """
+        return keras_pixels(self.image_data_generator)
+
+
+def keras_pixels(generator: Any) -> Pixels:
+    """The `Pixels` of an iterator reading through `generator` (an `ImageDataGenerator` or `None`).
+
+    The direct path is allowed only when it provably computes what stock
+    Keras computes: a generator whose `standardize` would only multiply by a
+    Python number and whose `apply_transform` is Keras's own (which returns
+    an identity transform's input unchanged).
+    """
+    floatx = backend.floatx()
+    if generator is None:
+        return Pixels(floatx=floatx)
+    stock = keras_image.ImageDataGenerator
+    direct = (
+        type(generator).standardize is stock.standardize
+        and type(generator).apply_transform is stock.apply_transform
+        and not any(getattr(generator, step, None) for step in _STANDARDIZE_STEPS)
+        and type(generator.rescale) in (int, float, type(None))
+    )
+
+    def augment(x: np.ndarray, transform: Any) -> np.ndarray:
+        return generator.standardize(generator.apply_transform(x, transform))
+
+    return Pixels(
+        floatx=floatx,
+        augment=augment if generator else None,
+        direct=direct,
+        rescale=generator.rescale,
+        identity=IDENTITY,
+    )

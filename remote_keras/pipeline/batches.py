@@ -1,0 +1,197 @@
+"""Building one batch: fetch its files, decode and augment them on threads, pair them with labels.
+
+The functions take the iterator (a Keras iterator, or a `reader.BatchReader`),
+whose attributes they read at each call, as Keras's own
+`_get_batches_of_transformed_samples` does: `filepaths`, `image_shape`,
+`dtype`, `data_format`, `color_mode`, `target_size`, `interpolation`,
+`keep_aspect_ratio`, `class_mode`, `classes`, `class_indices`, `labels`,
+`sample_weight`, `save_to_dir` (with `save_prefix`, `save_format`),
+`options`, `epoch` and the private `_fetcher`, `_pools`, `_stats`, `_skips`.
+What Keras adds (its `floatx`, the `ImageDataGenerator`'s transforms and
+`standardize`) comes from `it.batch_pixels()`, a `Pixels`: this module
+imports neither Keras nor TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from remote_keras.pipeline.decoding import array_to_img, decode_image, img_to_array
+from remote_keras.pipeline.epochs import BatchPlan
+from remote_keras.storage import saving
+
+Batch = Any  # `x`, `(x, y)` or `(x, y, sample_weight)`
+
+
+@dataclasses.dataclass(frozen=True)
+class Pixels:
+    """How a decoded image becomes its row of the batch; the front decides it per batch.
+
+    Attributes:
+        floatx: The dtype images become arrays in (Keras: `keras.backend.floatx()`).
+        augment: `(x, transform) -> x`, run on every sample that has a
+            transform (Keras: `apply_transform`, then `standardize`); `None`
+            for none.
+        direct: Whether a sample whose transform is `identity` (or `None`)
+            may skip `augment`: its pixels go into the batch multiplied by
+            `rescale` only, which must then be what `augment` would compute.
+        rescale: The factor of the direct path, for samples with a transform.
+        identity: The transform that changes nothing.
+    """
+
+    floatx: Any = "float32"
+    augment: Callable[[np.ndarray, Any], np.ndarray] | None = None
+    direct: bool = True
+    rescale: float | None = None
+    identity: Mapping[str, Any] | None = None
+
+
+def load(it: Any, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
+    """Fetches and decodes the samples of `plan` into one array.
+
+    Args:
+        it: The iterator.
+        plan: The batch's samples and transforms.
+
+    Returns:
+        `(plan, batch_x)`; with `on_error="skip"`, unreadable samples are
+        dropped from both.
+    """
+    with it._stats.busy("load_s"):
+        filepaths = it.filepaths
+        paths = [filepaths[j] for j in plan.indices]
+        batch_x = np.empty((len(paths),) + it.image_shape, dtype=it.dtype)  # every row set below
+        if not paths:
+            return plan, batch_x
+        decode_pool = it._pools.get("decode")
+        pixels = it.batch_pixels()
+        direct = _writes_direct(it, pixels)
+        futures = []
+        for i, data in enumerate(it._fetcher.fetch(paths, it._pools.get("fetch"))):
+            transform = plan.transforms[i] if plan.transforms is not None else None
+            futures.append(
+                decode_pool.submit(
+                    _sample, it, data, paths[i], transform, batch_x[i], pixels, direct
+                )
+            )
+        kept = []
+        try:
+            for i, future in enumerate(futures):
+                try:
+                    future.result()
+                    kept.append(i)
+                except (OSError, ValueError) as exc:
+                    if it.options.on_error != "skip" or isinstance(exc, PermissionError):
+                        raise  # credentials are configuration, not a bad sample
+                    it._skips.add(paths[i], f"{type(exc).__name__}: {exc}", epoch=it.epoch)
+        finally:
+            for future in futures:
+                future.cancel()
+    if len(kept) == len(paths):
+        return plan, batch_x
+    return plan.keep(kept), batch_x[kept]
+
+
+def _writes_direct(it: Any, pixels: Pixels) -> bool:
+    """Whether a decoded image may go straight into the batch, with at most a rescale.
+
+    True when the result is provably what the general path computes: channels
+    last, the batch in `pixels.floatx` (the dtype `img_to_array` gives), and
+    the front allows it (`pixels.direct`).
+    """
+    return (
+        pixels.direct
+        and it.data_format == "channels_last"
+        and np.dtype(it.dtype) == np.dtype(pixels.floatx)
+    )
+
+
+def _sample(
+    it: Any,
+    data: Any,
+    path: str,
+    transform: Any,
+    out: np.ndarray,
+    pixels: Pixels,
+    direct: bool,
+) -> None:
+    """Decodes one image, applies its transform and standardization (`pixels`) into `out`.
+
+    With `direct` (see `_writes_direct`) and an identity transform, the 8-bit pixels
+    are converted and rescaled into `out` in one step: the same float32 arithmetic
+    as `img_to_array` then `x *= rescale`, without the two intermediate arrays.
+    """
+    if isinstance(data, BaseException):
+        raise data
+    start = time.perf_counter()
+    try:
+        img = decode_image(
+            data,
+            path,
+            color_mode=it.color_mode,
+            target_size=it.target_size,
+            interpolation=it.interpolation,
+            keep_aspect_ratio=it.keep_aspect_ratio,
+            jpeg_draft=it.options.jpeg_draft,
+        )
+        identity = transform is None or transform == pixels.identity
+        if direct and identity and img.mode in ("L", "RGB", "RGBA"):
+            values = np.asarray(img)
+            if values.ndim == 2:
+                values = values[..., None]
+            rescale = pixels.rescale if transform is not None else None
+            if rescale:
+                np.multiply(values, rescale, out=out, dtype=out.dtype)
+            else:
+                np.copyto(out, values)
+        else:
+            x = img_to_array(img, it.data_format, pixels.floatx)
+            if pixels.augment is not None and transform is not None:
+                x = pixels.augment(x, transform)
+            out[...] = x
+        if hasattr(img, "close"):
+            img.close()
+    except BaseException:
+        it._stats.add(decode_s=time.perf_counter() - start)
+        raise
+    it._stats.add(decode_s=time.perf_counter() - start, images=1)
+
+
+def assemble(it: Any, plan: BatchPlan, batch_x: np.ndarray) -> Batch:
+    """Saves the samples if `save_to_dir` is set and pairs the images with their labels."""
+    indices = plan.indices
+    batch_y: Any
+    if it.save_to_dir:
+        _save(it, plan, batch_x)
+    if it.class_mode == "input":
+        batch_y = batch_x.copy()
+    elif it.class_mode in {"binary", "sparse"}:
+        batch_y = np.asarray([it.classes[j] for j in indices], dtype=it.dtype)
+    elif it.class_mode == "categorical":
+        batch_y = np.zeros((len(batch_x), len(it.class_indices)), dtype=it.dtype)
+        for i, j in enumerate(indices):
+            batch_y[i, it.classes[j]] = 1.0
+    elif it.class_mode == "multi_output":
+        batch_y = [output[indices] for output in it.labels]
+    elif it.class_mode == "raw":
+        batch_y = it.labels[indices]
+    else:
+        return batch_x
+    if it.sample_weight is None:
+        return batch_x, batch_y
+    return batch_x, batch_y, it.sample_weight[indices]
+
+
+def _save(it: Any, plan: BatchPlan, batch_x: np.ndarray) -> None:
+    hashes = plan.save_hashes or [0] * len(plan.indices)
+    floatx = it.batch_pixels().floatx
+    images = [array_to_img(x, it.data_format, scale=True, dtype=floatx) for x in batch_x]
+    names = [
+        f"{it.save_prefix}_{j}_{hashes[i]}.{it.save_format}" for i, j in enumerate(plan.indices)
+    ]
+    saving.save(it, images, names)

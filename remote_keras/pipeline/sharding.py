@@ -1,0 +1,205 @@
+"""Splitting a dataset between training workers.
+
+Every worker computes the same global sample order for an epoch (same seed,
+same permutation) and keeps every `count`-th sample of it, starting at its
+`index`. So shards are disjoint, together cover the dataset, and have the same
+length on every worker: with `remainder="pad"` the order is extended by
+wrapping around to its start (a few samples are seen twice per epoch), with
+`"drop"` the last `n % count` samples of the order are left out (different
+ones each epoch when shuffling).
+
+When `num_shards` / `shard_index` are not given they are read, in this order,
+from the active `tf.distribute` strategy, the `TF_CONFIG` environment variable
+(chief and workers take part; evaluators and parameter servers read
+everything), and a multi-process `keras.distribution` (JAX).
+
+Supported Keras: 3.8 to 3.15. Only from Keras 3.15 does a `keras.distribution`
+say which shard a process reads (`Distribution.num_processes`, `data_shard_id`,
+`num_model_replicas`). On Keras 3.8 to 3.14, a distribution set while several
+(JAX) processes run raises a `RuntimeError` asking for explicit `num_shards` /
+`shard_index` (`jax.process_count()`, `jax.process_index()`) rather than let
+every process silently read the whole dataset; with one process, it reads
+everything, as it should.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+import numpy as np
+
+REMAINDERS = ("pad", "drop")
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """Which part of the data one worker reads.
+
+    Attributes:
+        index: This worker's shard, `0 <= index < count`.
+        count: Number of shards (workers).
+        remainder: `"pad"` or `"drop"`: how the order is evened out.
+        source: Where the numbers came from: `"argument"`, `"tf.distribute"`,
+            `"TF_CONFIG"`, `"keras.distribution"` or `"none"`.
+    """
+
+    index: int = 0
+    count: int = 1
+    remainder: str = "pad"
+    source: str = "none"
+
+    def size(self, n: int) -> int:
+        """Samples per epoch in this shard of `n` samples."""
+        if self.count == 1:
+            return n
+        return -(-n // self.count) if self.remainder == "pad" else n // self.count
+
+    def select(self, order: np.ndarray) -> np.ndarray:
+        """This shard's part of a global epoch `order`, evened out as configured."""
+        if self.count == 1:
+            return order
+        total = self.size(len(order)) * self.count
+        evened = np.resize(order, total) if total > len(order) else order[:total]
+        return evened[self.index :: self.count]
+
+
+def resolve(num_shards: int | None, shard_index: int | None, remainder: str = "pad") -> Shard:
+    """Checks explicit shard arguments, or detects them when both are `None`.
+
+    Args:
+        num_shards: Number of workers; `1` turns sharding (and detection) off.
+        shard_index: This worker's index.
+        remainder: `"pad"` or `"drop"`.
+
+    Returns:
+        A `Shard`.
+    """
+    if remainder not in REMAINDERS:
+        raise ValueError(f'`shard_remainder` must be "pad" or "drop". Received: {remainder!r}')
+    if num_shards is None and shard_index is None:
+        detected = detect()
+        return dataclasses.replace(detected, remainder=remainder)
+    if num_shards == 1 and shard_index in (None, 0):
+        return Shard(remainder=remainder, source="argument")
+    if num_shards is None or shard_index is None:
+        raise ValueError(
+            "Pass both `num_shards` and `shard_index` (or neither, to detect them). "
+            f"Received: num_shards={num_shards!r}, shard_index={shard_index!r}"
+        )
+    if not isinstance(num_shards, int) or num_shards < 1:
+        raise ValueError(f"`num_shards` must be an integer >= 1. Received: {num_shards!r}")
+    if not isinstance(shard_index, int) or not 0 <= shard_index < num_shards:
+        raise ValueError(
+            f"`shard_index` must be an integer in [0, {num_shards}). Received: {shard_index!r}"
+        )
+    return Shard(shard_index, num_shards, remainder, "argument")
+
+
+def detect() -> Shard:
+    """The shard of this process from the training cluster around it, if any."""
+    return _detect(SOURCES)
+
+
+def in_tf_multi_worker() -> bool:
+    """Whether TensorFlow multi-worker training (a strategy or `TF_CONFIG`) is set up."""
+    return _detect(SOURCES[:2]).source != "none"  # never asks keras.distribution
+
+
+def _detect(sources) -> Shard:
+    for source, find in sources:
+        found = find()
+        if found is not None and found[1] > 1:
+            return Shard(found[0], found[1], source=source)
+    return Shard()
+
+
+def _position(cluster: dict, task_type: str | None, task_id: int | None) -> tuple[int, int]:
+    """`(index, count)` of a task among the cluster's chief and workers."""
+    members = [("chief", i) for i in range(len(cluster.get("chief", [])))]
+    members += [("worker", i) for i in range(len(cluster.get("worker", [])))]
+    if task_type is None or task_id is None or (task_type, task_id) not in members:
+        return 0, 1  # evaluator, parameter server, or not part of the cluster
+    return members.index((task_type, task_id)), len(members)
+
+
+def _from_tf_config() -> tuple[int, int] | None:
+    text = os.environ.get("TF_CONFIG")
+    if not text:
+        return None
+    try:
+        config = json.loads(text)
+        cluster = config.get("cluster") or {}
+        task = config.get("task") or {}
+        return _position(cluster, task.get("type"), int(task.get("index", 0)))
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ValueError(f"TF_CONFIG is not valid JSON of a cluster and task: {exc}") from exc
+
+
+def _from_tf_strategy() -> tuple[int, int] | None:
+    tf = sys.modules.get("tensorflow")  # only if the program uses TensorFlow already
+    if tf is None or not tf.distribute.has_strategy():
+        return None
+    resolver = getattr(tf.distribute.get_strategy(), "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return None
+    return _position(resolver.cluster_spec().as_dict(), resolver.task_type, resolver.task_id)
+
+
+def _from_keras_distribution() -> tuple[int, int] | None:
+    keras = sys.modules.get("keras")  # only if the program uses Keras already
+    if keras is None:
+        return None
+    current = keras.distribution.distribution()
+    if current is None:
+        return None
+    if all(hasattr(type(current), name) for name in KERAS_SHARD_API):  # Keras >= 3.15
+        processes = current.num_processes
+        if processes <= 1:
+            return None
+        try:
+            return current.data_shard_id, min(current.num_model_replicas, processes)
+        except NotImplementedError:
+            reason = f"{type(current).__name__} does not say how it splits the data"
+    else:
+        processes = _backend_process_count()
+        if processes <= 1:
+            return None
+        reason = (
+            f"Keras {_keras_version()} cannot say which part of the data this process reads "
+            "(Distribution.num_processes, data_shard_id and num_model_replicas need Keras >= 3.15)"
+        )
+    raise RuntimeError(
+        f"A keras.distribution ({type(current).__name__}) is set and {processes} processes run, "
+        f"but {reason}, so every process would read the whole dataset. Pass the shard "
+        "explicitly, e.g. num_shards=jax.process_count(), shard_index=jax.process_index() "
+        "(or num_shards=1 to read everything in every process), or upgrade Keras."
+    )
+
+
+# Where `detect` looks, in order.
+SOURCES = (
+    ("tf.distribute", _from_tf_strategy),
+    ("TF_CONFIG", _from_tf_config),
+    ("keras.distribution", _from_keras_distribution),
+)
+
+# What a `keras.distribution.Distribution` tells about its processes from Keras 3.15 on.
+KERAS_SHARD_API = ("num_processes", "data_shard_id", "num_model_replicas")
+
+
+def _backend_process_count() -> int:
+    """Processes of the Keras backend's multi-process runtime (JAX's, before Keras 3.15)."""
+    # The backend's module, loaded with Keras (this is only asked when Keras is): no import here.
+    distribution_lib = getattr(sys.modules.get("keras.src.backend"), "distribution_lib", None)
+    count = getattr(distribution_lib, "num_processes", None)
+    if count is not None:
+        return int(count())
+    jax = sys.modules.get("jax")
+    return int(jax.process_count()) if jax is not None else 1
+
+
+def _keras_version() -> str:
+    return getattr(sys.modules.get("keras"), "__version__", "?")

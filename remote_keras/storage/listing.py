@@ -1,0 +1,301 @@
+"""What a dataset holds: remote folders listed into classes, dataframe rows checked.
+
+`list_classes` is what Keras's `DirectoryIterator.__init__` finds, from one
+listing instead of `os.walk` (`locations.walk_files`: the class folders in
+parallel, keys only); `valid_rows` is `_filter_valid_filepaths` for URLs,
+listing parent folders instead of one request per row
+(`existence.existing`). Both reuse what `listing_cache` holds: the
+listing (or check) of the other subset of the same generator, and lakeFS
+listings at a commit from disk.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import fsspec
+import numpy as np
+
+from remote_keras import errors
+from remote_keras.storage import existence, lakefs, listing_cache, locations
+from remote_keras.storage.loaders import FsspecLoader, ObstoreLoader
+from remote_keras.storage.progress import progress_bar
+
+# The file extensions Keras's iterators read (their `white_list_formats`).
+IMAGE_FORMATS = ("png", "jpg", "jpeg", "bmp", "ppm", "tif", "tiff")
+
+
+def list_classes(
+    it: Any,
+    directory: str,
+    classes: list[str] | None = None,
+    split: tuple[float, float] | None = None,
+) -> tuple[list[str], np.ndarray, dict[str, int]]:
+    """Lists `directory`'s class folders as Keras's `DirectoryIterator.__init__` walks them.
+
+    Classes, file order (sorted as `os.walk` would give them) and `subset`
+    splits are stock. A folder-marker object (`name/`, zero bytes, as the S3
+    console, MinIO and lakeFS make) makes `name` a class even when empty, as
+    an empty local folder does; an empty folder without one is invisible to
+    a listing. Reads `it.options`, `it.filesystems`, `it._pinner`,
+    `it.image_data_generator` and `it.subset` (to share the listing between
+    subsets) and `it.white_list_formats` (default `IMAGE_FORMATS`); sets
+    `it._known_paths` for a lakeFS folder.
+
+    Args:
+        it: The iterator (or `reader.BatchReader`) the listing is for.
+        directory: The folder's URL.
+        classes: The class folders to read, in label order; by default all, sorted.
+        split: The `(start, stop)` fractions of each class's files to keep.
+
+    Returns:
+        `(filenames, labels, class_indices)`: file names relative to
+        `directory`, their labels as `int32`, and the classes' indices.
+    """
+    pinned = it._pinner.pin(directory)
+    with progress_bar(f"Listing {errors.redact(directory)}", it.options.progress, "objects") as bar:
+        entries = _tree(it, pinned, bar)
+    by_class: dict[str, list[str]] = {}
+    for entry in entries:
+        top, _, rest = entry.partition("/")
+        if rest or entry.endswith("/"):
+            by_class.setdefault(top, [])
+            if rest and not rest.endswith("/"):
+                by_class[top].append(entry)
+    names = list(classes or sorted(by_class))
+    class_indices = dict(zip(names, range(len(names))))
+    formats = tuple(getattr(it, "white_list_formats", IMAGE_FORMATS))
+    filenames: list[str] = []
+    labels: list[int] = []
+    for name in names:
+        files = ordered_like_os_walk(by_class.get(name, []), formats)
+        if split:
+            start, stop = int(split[0] * len(files)), int(split[1] * len(files))
+            files = files[start:stop]
+        filenames += files
+        labels += [class_indices[name]] * len(files)
+    if lakefs.is_lakefs(pinned):  # every path is in the pinned folder (pinning each is slow)
+        base = pinned.rstrip("/") + "/"
+        it._known_paths = {name: base + name for name in filenames}
+    return filenames, np.asarray(labels, dtype="int32"), class_indices
+
+
+def _tree(it: Any, url: str, bar: Any) -> list[str]:
+    """The objects below `url` (pinned), from another subset's listing, the disk or a listing.
+
+    See `remote_keras.storage.listing_cache` for what is reused when.
+    """
+    options = it.options
+    generator, subset = it.image_data_generator, getattr(it, "subset", None)
+    share_key = listing_cache.fingerprint("tree", url, options.storage_options)
+    entries = listing_cache.shared(generator, share_key, subset)
+    if entries is None:
+        immutable = lakefs.is_lakefs(url)  # pinned: a commit, which never changes
+        directory = listing_cache.folder(options)
+        max_age = options.listing_cache_s
+        key = listing_cache.fingerprint("tree", _store(it, url), url)
+        entries, from_disk = listing_cache.cached_listing(
+            lambda: locations.walk_files(url, it.filesystems, bar),
+            key,
+            directory,
+            max_age,
+            immutable,
+        )
+        listing_cache.share(generator, share_key, subset, entries)
+    else:
+        from_disk = True
+    if from_disk and bar is not None:
+        bar.update(len(entries))
+    return entries
+
+
+def _store(it: Any, url: str) -> Any:
+    """What names the store `url` is on, for cache keys: endpoint and protocol, no secrets."""
+    if lakefs.is_lakefs(url):
+        fs, _ = it.filesystems.resolve(url)
+        return getattr(getattr(getattr(fs, "client", None), "config", None), "host", None)
+    return [locations.protocol_of(url), listing_cache.where(it.options.storage_options)]
+
+
+def ordered_like_os_walk(files: list[str], formats: tuple[str, ...]) -> list[str]:
+    """Sorts and filters files as Keras's sorted `os.walk` does: by folder, then name."""
+    if any(".tif" in path.lower() for path in files):
+        for path in files:
+            if posixpath.basename(path).lower().endswith(".tiff"):
+                warnings.warn(
+                    'Using ".tiff" files with multiple bands will cause distortion. '
+                    "Please verify your output.",
+                    stacklevel=4,
+                )
+    kept = [path for path in files if path.lower().endswith(formats)]
+    if all(path.count("/") == 1 for path in kept):  # one folder: by name
+        kept.sort()
+        return kept
+    kept.sort(key=lambda p: (posixpath.dirname(p), posixpath.basename(p)))
+    return kept
+
+
+def valid_rows(it: Any, paths: list[str | None], x_col: str) -> np.ndarray:
+    """Which rows name an existing file with an image extension, as a boolean mask.
+
+    Rows whose path is `None` (see `row_url`) are invalid without a request.
+    Warns with Keras's own message about the rows left out.
+    """
+    asked = [path for path in paths if path is not None]
+    with progress_bar(
+        f"Checking {len(asked)} files", it.options.progress, "files", total=len(asked)
+    ) as bar:
+        found = iter(_existing(it, asked, bar))
+    exists = [path is not None and next(found) for path in paths]
+    formats = tuple(getattr(it, "white_list_formats", IMAGE_FORMATS))
+    mask = np.array(
+        [ok and str(path).lower().endswith(formats) for path, ok in zip(paths, exists)],
+        dtype=bool,
+    )
+    n_invalid = int((~mask).sum())
+    if n_invalid:
+        warnings.warn(
+            f'Found {n_invalid} invalid image filename(s) in x_col="{x_col}". '
+            "These filename(s) will be ignored.",
+            stacklevel=3,
+        )
+    return mask
+
+
+def row_url(directory: Any, filename: str) -> str | None:
+    """The path or URL a dataframe row reads, or `None` if it cannot name a file there.
+
+    Local paths are joined as stock Keras joins them. In URLs, `.` and `..`
+    segments are resolved as a local folder would resolve them (object
+    stores take them literally, or refuse them). A relative row must stay
+    inside a URL `directory`; a full URL in a row is read as given, and
+    must stay inside its bucket. A row ending with `/` names a folder.
+
+    Args:
+        directory: The iterator's `directory` (a local folder, a URL prefix or `None`).
+        filename: The row's `x_col` value.
+
+    Returns:
+        The path or URL, or `None` for a row that is invalid by construction.
+    """
+    path = locations.join(directory, filename)
+    if not locations.is_url(path) or "::" in path:
+        return path  # local (the OS resolves `..`, as for stock Keras) or a chained URL
+    if filename.endswith("/"):
+        return None
+    resolved = _without_dot_segments(path)
+    if resolved is None or locations.is_url(filename) or filename.startswith("/"):
+        return resolved
+    base = _without_dot_segments(str(directory).rstrip("/") + "/")
+    return resolved if base is not None and resolved.startswith(base) else None
+
+
+def _without_dot_segments(url: str) -> str | None:
+    """`url` with `.` and `..` segments resolved; `None` if `..` climbs above its bucket."""
+    scheme, _, rest = url.partition("://")
+    root, _, key = rest.partition("/")
+    if "/." not in "/" + key:
+        return url
+    parts: list[str] = []
+    for segment in key.split("/"):
+        if segment == "..":
+            if not parts:
+                return None
+            parts.pop()
+        elif segment != ".":
+            parts.append(segment)
+    if key.endswith(("/.", "/..")) or key in (".", ".."):
+        parts.append("")  # `a/b/..` is the folder `a/`
+    return f"{scheme}://{root}/" + "/".join(parts)
+
+
+def _existing(it: Any, paths: list[str], bar: Any) -> list[bool]:
+    """Which of `paths` exist: asked of a custom loader's `exists`, else listed by fsspec.
+
+    Raises:
+        FileNotFoundError: `directory`, or a bucket or prefix that rows point
+            into, does not exist.
+        ValueError: a protocol fsspec does not know, with the default loader.
+    """
+    exists = getattr(it.loader, "exists", None)
+    custom = not isinstance(it.loader, (FsspecLoader, ObstoreLoader))
+    if callable(exists) and custom:
+        return list(it._pools.get("fetch").map(_exists_by(exists, bar), paths))
+    unknown = sorted(
+        {locations.protocol_of(p) for p in paths if locations.is_url(p)}
+        - set(fsspec.available_protocols())
+    )
+    if unknown and custom:
+        warnings.warn(
+            f"Cannot check that the {len(paths)} files exist: fsspec does not know the "
+            f"protocol(s) {unknown} and the loader has no `exists(path) -> bool` method. "
+            "Every row is kept (only its file extension is checked); pass "
+            "`validate_filenames=False` to skip the check without this warning, or give "
+            "the loader an `exists` method.",
+            stacklevel=5,
+        )
+        return [True] * len(paths)
+    generator, subset = it.image_data_generator, getattr(it, "subset", None)
+    if generator is None or subset is None:
+        return _listed(it, paths, bar)
+    share_key = listing_cache.fingerprint(
+        "exists", len(paths), hash(tuple(paths)), str(it.directory), it.options.storage_options
+    )
+    known = listing_cache.shared(generator, share_key, subset)
+    if known is not None:  # the other subset of this dataframe checked the same paths
+        if bar is not None:
+            bar.update(len(paths))
+        return [bool(flag) for flag in known]
+    found = _listed(it, paths, bar)
+    listing_cache.share(generator, share_key, subset, bytes(found))
+    return found
+
+
+def _listed(it: Any, paths: list[str], bar: Any) -> list[bool]:
+    """Which of `paths` exist, by listing their folders (`existence.existing`)."""
+    if locations.is_url(str(it.directory)):
+        directory = it._pinner.pin(str(it.directory))
+        fs, root = it.filesystems.resolve(directory)
+        with errors.reading(directory):
+            there = fs.exists(root)
+        if not there:
+            raise FileNotFoundError(f"No such directory: {errors.redact(directory)!r}")
+    found, missing = existence.existing(paths, it.filesystems, bar)
+    if missing:
+        shown = ", ".join(repr(errors.redact(url)) for url in missing[:5])
+        raise FileNotFoundError(
+            f"No such bucket or prefix: {shown}: nothing is stored there, yet rows of the "
+            "dataframe point into it. Check the URLs (and `directory`)."
+        )
+    return found
+
+
+def _exists_by(exists: Callable[[str], Any], bar: Any) -> Callable[[str], bool]:
+    """Wraps a loader's `exists(path)` to translate its errors and count on `bar`."""
+
+    def check(path: str) -> bool:
+        with errors.reading(path):
+            result = bool(exists(path))
+        if bar is not None:
+            bar.update(1)
+        return result
+
+    return check
+
+
+def check_path_column(df: Any, x_col: str) -> None:
+    """Raises `InvalidRowsError` naming rows whose path is NaN, empty or not a string."""
+    if x_col not in df.columns:
+        return  # Keras raises its own KeyError
+    bad = [(i, v) for i, v in df[x_col].items() if not isinstance(v, str) or not v.strip()]
+    if bad:
+        shown = ", ".join(f"{i!r}: {v!r}" for i, v in bad[:10])
+        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        raise errors.InvalidRowsError(
+            f'Column x_col="{x_col}" must hold non-empty strings (paths or URLs). '
+            f"Received in {len(bad)} row(s): {shown}{more}",
+            [i for i, _ in bad],
+        )

@@ -1,0 +1,73 @@
+"""Loaders read a path into bytes; `pipeline.decoding.decode_image` makes them an image.
+
+A loader is any callable `path -> bytes | file-like | PIL.Image.Image | numpy.ndarray`
+(`protocol`). The default `FsspecLoader` also offers `load_many`, so that an
+async backend (s3fs, gcsfs, adlfs, HTTP) keeps a batch's requests in flight
+together on fsspec's event loop; `ObstoreLoader` reads S3, GCS and Azure
+through the Rust `obstore` client, one blocking call per file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from remote_keras.storage.loaders.auto import choose_loader
+from remote_keras.storage.loaders.fsspec_loader import FsspecLoader
+from remote_keras.storage.loaders.obstore_loader import ObstoreLoader
+from remote_keras.storage.loaders.protocol import (
+    BatchLoader,
+    CheckedBatchLoader,
+    CheckedLoader,
+    Loader,
+    LoaderOutput,
+)
+
+__all__ = [
+    "LOADERS",
+    "LOADER_NAMES",
+    "BatchLoader",
+    "CheckedBatchLoader",
+    "CheckedLoader",
+    "FsspecLoader",
+    "Loader",
+    "LoaderOutput",
+    "ObstoreLoader",
+    "choose_loader",
+    "make_loader",
+]
+
+LOADERS: dict[str, Callable[..., Loader]] = {
+    "fsspec": FsspecLoader,
+    "obstore": ObstoreLoader,
+}
+# Names `loader=` accepts: the loaders above, and "auto" (the default), which picks one per
+# iterator from what it reads (`choose_loader`).
+LOADER_NAMES = ("auto", *LOADERS)
+
+
+def make_loader(
+    loader: Loader | str | None,
+    storage_options: Mapping[str, Any] | None,
+    timeout_s: float | None = None,
+) -> Loader:
+    """Returns `loader` itself, or builds the named one (`"fsspec"`, `"obstore"`).
+
+    `"auto"` builds the fsspec loader here; iterators then call
+    `choose_loader` once they know what they read. `timeout_s` bounds each
+    request of a named loader (`RetryPolicy.timeout_s`).
+
+    Raises:
+        TypeError: `loader` is neither callable nor a known name.
+    """
+    if loader is None or loader == "auto":
+        return FsspecLoader(storage_options, timeout_s)
+    if isinstance(loader, str) and loader in LOADERS:
+        return LOADERS[loader](storage_options, timeout_s)
+    if callable(loader):
+        return loader
+    raise TypeError(
+        "`loader` must be a callable taking a path and returning bytes, a file-like object, "
+        f"a PIL image or a numpy array, or one of {sorted(LOADER_NAMES)}. "
+        f"Received: loader={loader!r}"
+    )

@@ -1,0 +1,57 @@
+"""What a loader is: any callable `path -> bytes | file-like | PIL.Image | ndarray`.
+
+A loader may also offer `load_many(paths, executor)` to fetch a whole batch
+at once (`BatchLoader`), `exists(path) -> bool`, which
+`validate_filenames=True` asks for protocols fsspec does not know, and
+`read_checked` / `load_many_checked`, which also return the checksum the
+store sent (`CheckedLoader`, `CheckedBatchLoader`; see `remote_keras.storage.integrity`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from typing import Any, Protocol, runtime_checkable
+
+LoaderOutput = Any  # bytes | file-like | PIL.Image.Image | numpy.ndarray
+Loader = Callable[[str], LoaderOutput]
+
+
+@runtime_checkable
+class BatchLoader(Protocol):
+    """A loader that can also fetch many paths in one call.
+
+    `load_many` gets the iterator's fetch thread pool as `executor`, for
+    reads that block a thread each.
+    """
+
+    def __call__(self, path: str) -> LoaderOutput: ...
+
+    def load_many(
+        self, paths: Sequence[str], executor: Executor | None = None
+    ) -> list[LoaderOutput | BaseException]: ...
+
+
+@runtime_checkable
+class CheckedLoader(Protocol):
+    """A loader that can also return the checksum the store sent with a body.
+
+    `read_checked(path)` returns `checked_reads.Fetched(data, checksum)`;
+    iterators call it instead of the loader itself when `verify_checksums`
+    is on, and check the body against the checksum.
+    """
+
+    def __call__(self, path: str) -> LoaderOutput: ...
+
+    def read_checked(self, path: str) -> Any: ...
+
+
+@runtime_checkable
+class CheckedBatchLoader(Protocol):
+    """A `BatchLoader` whose `load_many_checked` returns `Fetched` (or exceptions) per path."""
+
+    def __call__(self, path: str) -> LoaderOutput: ...
+
+    def load_many_checked(
+        self, paths: Sequence[str], executor: Executor | None = None
+    ) -> list[Any]: ...

@@ -1,0 +1,308 @@
+"""Where paths point: local files or fsspec URLs, joined, resolved and listed.
+
+Paths are always taken literally: no call here glob-expands, so keys holding
+`[`, `*`, `?`, `#`, spaces or unicode are read as written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import fsspec
+from fsspec import AbstractFileSystem
+from fsspec.asyn import AsyncFileSystem
+
+from remote_keras import errors
+from remote_keras.storage import listers
+
+# Defaults that make common backends fetch an object with a single, cheap GET.
+# s3fs sends a HEAD before every GET unless `max_concurrency=1` and caps its
+# connection pool at 10; botocore spends about 10% of the client's CPU on
+# CRC32 checks of every response body unless told to check only when required.
+# User-given options always win.
+PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "s3": {
+        "max_concurrency": 1,
+        "config_kwargs": {
+            "max_pool_connections": 256,
+            "response_checksum_validation": "when_required",
+            # s3fs and botocore each retry up to 5 times, multiplied (25 GETs and 40 s for
+            # one 503; 250 for a stall). Listings keep botocore's one retry; reads make none
+            # (`_reading_options`): remote_keras retries them, counted, after Retry-After.
+            "retries": {"total_max_attempts": 2},
+            "connect_timeout": 10,
+            "read_timeout": 60,
+        },
+    },
+}
+
+# Filesystems whose own retry loop (an attribute, not an option) is turned off for reads, so
+# that `RetryPolicy` makes every retry, counts it and honours Retry-After.
+_NO_CLIENT_RETRIES = {"s3": "retries", "s3a": "retries"}
+
+# Storage options remote_keras reads itself and never passes to a filesystem.
+OWN_OPTIONS = frozenset({"pre_sign"})  # `remote_keras.storage.presign`
+
+# Filesystems a forked process inherited; kept alive, never used.
+_INHERITED: list[AbstractFileSystem] = []
+
+# Protocols whose servers cannot list a prefix; existence is checked per file.
+_UNLISTABLE = {"http", "https"}
+
+
+def without_own_options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Returns a copy of `storage_options` without remote_keras's own keys (`OWN_OPTIONS`)."""
+    return {k: v for k, v in (storage_options or {}).items() if k not in OWN_OPTIONS}
+
+
+def is_url(path: str) -> bool:
+    """Returns whether `path` is an fsspec URL rather than a local path."""
+    return "://" in path or "::" in path
+
+
+protocol_of = errors.protocol_of
+
+
+def is_known_protocol(url: str) -> bool:
+    """Whether fsspec has a filesystem for `url`'s protocol (installed or not)."""
+    return is_url(url) and protocol_of(url) in fsspec.available_protocols()
+
+
+def join(directory: str | os.PathLike | None, filename: str) -> str:
+    """Joins a `directory` and a `filename` like `os.path.join`, URL-aware.
+
+    A `filename` that is a URL or an absolute local path is returned as is,
+    as stock Keras does.
+
+    Args:
+        directory: Local folder or URL prefix; `None` or empty for none.
+        filename: Relative path, absolute path or full URL.
+
+    Returns:
+        The path or URL to read.
+    """
+    if not directory:
+        return filename
+    directory = os.fspath(directory)
+    if is_url(filename):
+        return filename
+    if is_url(directory):
+        if filename.startswith("/"):
+            return filename
+        return directory.rstrip("/") + "/" + filename
+    return os.path.join(directory, filename)
+
+
+class FileSystems:
+    """Resolves URLs to fsspec filesystems, one per protocol and process.
+
+    Instances pickle without their filesystems; after a fork or in a new
+    process, filesystems are rebuilt on first use.
+
+    Args:
+        storage_options: Keyword arguments for the filesystems, passed
+            through to fsspec as in `fsspec.open(url, **storage_options)`.
+        timeout_s: For the filesystems a loader reads through: seconds a
+            connection or a read of S3 or HTTP may take
+            (`RetryPolicy.timeout_s`), and no retries by s3fs or botocore, as
+            `RetryPolicy` makes them; options in `storage_options` win.
+            `None` (listing): the clients' timeouts and retries.
+    """
+
+    def __init__(
+        self, storage_options: Mapping[str, Any] | None = None, timeout_s: float | None = None
+    ) -> None:
+        self.storage_options = without_own_options(storage_options)
+        self.timeout_s = timeout_s
+        self._cache: dict[str, AbstractFileSystem] = {}
+        self._pid = os.getpid()
+
+    def __repr__(self) -> str:  # never shows the options: they hold secrets
+        return f"FileSystems(protocols={sorted(self._cache)})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"storage_options": self.storage_options, "timeout_s": self.timeout_s}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        FileSystems.__init__(self, state["storage_options"], state.get("timeout_s"))
+
+    def _options_for(self, protocol: str) -> dict[str, Any]:
+        # A deep copy: botocore adds to the dicts it is given (`retries["mode"]`), which would
+        # change the token of every later filesystem, so none would reuse the first one.
+        options = copy.deepcopy(PROTOCOL_DEFAULTS.get(protocol, {}))
+        for key, value in _reading_options(protocol, self.timeout_s).items():
+            options[key] = {**options.get(key, {}), **value}
+        for key, value in self.storage_options.items():
+            default = options.get(key)
+            merge = isinstance(default, dict) and isinstance(value, dict)
+            options[key] = {**default, **value} if merge and default else value
+        return options
+
+    def resolve(self, url: str) -> tuple[AbstractFileSystem, str]:
+        """Returns the filesystem serving `url` and the path within it.
+
+        Raises:
+            MissingBackendError: the protocol's backend is not installed.
+            ValueError: the protocol is unknown.
+        """
+        if os.getpid() != self._pid:
+            # Forked: the parent's clients belong to its event loop thread, which does not
+            # exist here. Dropping them would run their finalizers on the wrong loop.
+            _INHERITED.extend(self._cache.values())
+            self._cache.clear()
+            self._pid = os.getpid()
+        chained = "::" in url
+        key = url.rsplit("://", 1)[0] if chained else protocol_of(url)
+        fs = self._cache.get(key)
+        if fs is not None and not chained:
+            return fs, fs._strip_protocol(url)
+        with errors.reading(url):
+            protocol = protocol_of(url)
+            options = self.storage_options if chained else self._options_for(protocol)
+            fs, path = fsspec.core.url_to_fs(url, **options)
+        attribute = _NO_CLIENT_RETRIES.get(protocol_of(url))
+        if attribute is not None and not chained and self.timeout_s is not None:
+            setattr(fs, attribute, 1)
+        self._cache[key] = fs
+        return fs, path
+
+    def group(self, urls: Iterable[str]) -> dict[AbstractFileSystem, list[tuple[int, str]]]:
+        """Groups URLs by filesystem as `{fs: [(position, path), ...]}`."""
+        groups: dict[AbstractFileSystem, list[tuple[int, str]]] = defaultdict(list)
+        for position, url in enumerate(urls):
+            fs, path = self.resolve(url)
+            groups[fs].append((position, path))
+        return groups
+
+
+def _reading_options(protocol: str, timeout_s: float | None) -> dict[str, dict[str, Any]]:
+    """Options bounding a connection and each socket read by `timeout_s`; no client retries."""
+    if timeout_s is None:
+        return {}
+    if protocol in ("s3", "s3a"):
+        bound = {"connect_timeout": timeout_s, "read_timeout": timeout_s}
+        return {"config_kwargs": {**bound, "retries": {"total_max_attempts": 1}}}
+    if protocol in ("http", "https"):  # aiohttp's session, which fsspec's HTTP filesystem opens
+        import aiohttp
+
+        limit = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
+        return {"client_kwargs": {"timeout": limit}}
+    return {}
+
+
+def is_async(fs: AbstractFileSystem) -> bool:
+    """Returns whether `fs` runs its requests on fsspec's event loop."""
+    return isinstance(fs, AsyncFileSystem) and getattr(fs, "async_impl", False)
+
+
+def _protocols(fs: AbstractFileSystem) -> set[str]:
+    return set(fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,))
+
+
+def find(fs: AbstractFileSystem, root: str, bar: Any = None) -> list[str]:
+    """Lists every object below the folder `root`, as paths relative to it.
+
+    S3 and lakeFS are listed by `remote_keras.storage.listers.list_tree`: key strings
+    only, one request when everything fits on one page, else the folders of
+    `root` in parallel. Other backends use their own `find` (one paged
+    listing on GCS and Azure); their info dicts are dropped and the
+    filesystem's directory cache is cleared afterwards. `bar` (a `tqdm`
+    bar) counts the keys as pages arrive.
+
+    Returns:
+        Relative paths, sorted on S3 and lakeFS; folder markers (and, from
+        other backends, folders) end with `/`.
+    """
+    root = root.rstrip("/")
+    fast = listers.lister_for(fs, root)
+    if fast is not None:
+        lister, prefix = fast
+        return listers.list_tree(lister, prefix + "/" if prefix else "", bar)
+    try:
+        with _counting_s3_pages(fs, bar):
+            found = fs.find(root, withdirs=True, detail=True)
+    finally:
+        fs.invalidate_cache(root)  # never keep an info dict per object alive
+    start = len(root) + 1
+    entries = []
+    for name, info in found.items():
+        name = name.rstrip("/")
+        if name.startswith(root + "/") and len(name) > start:
+            directory = info.get("type") == "directory"
+            entries.append(name[start:] + "/" if directory else name[start:])
+    return entries
+
+
+@contextlib.contextmanager
+def _counting_s3_pages(fs: AbstractFileSystem, bar: Any):
+    """Adds each S3 listing page's key count to `bar`, through botocore's `after-call` event."""
+    if bar is None or "s3" not in _protocols(fs) or not hasattr(fs, "connect"):
+        yield
+        return
+    events = fs.connect().meta.events  # s3fs's aiobotocore client, made once per filesystem
+    event, handler_id = "after-call.s3.ListObjectsV2", f"remote_keras-progress-{id(bar)}"
+
+    def count(parsed: dict | None = None, **_: Any) -> None:
+        bar.update((parsed or {}).get("KeyCount", 0))
+
+    events.register(event, count, unique_id=handler_id)
+    try:
+        yield
+    finally:
+        events.unregister(event, unique_id=handler_id)
+
+
+def _common_dir(paths: Sequence[str]) -> str:
+    parts = [p.split("/") for p in paths]
+    common = []
+    for column in zip(*parts):
+        if len(set(column)) != 1:
+            break
+        common.append(column[0])
+    return "/".join(common)
+
+
+def walk_files(url: str, filesystems: FileSystems, bar: Any = None) -> list[str]:
+    """Lists every object below `url` (see `find`).
+
+    Args:
+        url: A folder URL, e.g. `s3://bucket/train`.
+        filesystems: Resolver carrying the storage options.
+        bar: Optional `tqdm` bar counting the objects listed.
+
+    Returns:
+        Paths relative to `url`; folder markers (and, from backends other
+        than S3 and lakeFS, folders) end with `/`.
+
+    Raises:
+        FileNotFoundError: nothing exists under `url`.
+    """
+    fs, root = filesystems.resolve(url)
+    root = root.rstrip("/")
+    counted = bar.n if bar is not None else 0
+    with errors.reading(url):
+        entries = find(fs, root, bar=bar)
+    if bar is not None and bar.n == counted:  # no page-by-page count: count at the end
+        bar.update(len(entries))
+    if not entries:
+        with errors.reading(url):
+            there = fs.isdir(root)
+        if not there:
+            raise FileNotFoundError(f"No such directory: {errors.redact(url)!r}")
+    return entries
+
+
+def write_bytes(url: str, data: bytes, filesystems: FileSystems) -> None:
+    """Writes `data` to a local path or URL, creating folders as needed."""
+    if not is_url(url):
+        with open(url, "wb") as f:
+            f.write(data)
+        return
+    fs, path = filesystems.resolve(url)
+    with errors.reading(url):
+        fs.pipe_file(path, data)
