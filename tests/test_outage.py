@@ -435,12 +435,12 @@ def _pool_warnings(options: dict, repo: str) -> list[str]:
 
 
 def test_a_lakefs_epoch_never_fills_the_connection_pool(lakefs_data, monkeypatch):
-    from remote_keras.storage import lakefs
+    from remote_keras.storage import connections
 
     server, repo = lakefs_data
     options = dict(server.storage_options, skip_instance_cache=True)  # a fresh client each
     assert not _pool_warnings(options, repo)
-    monkeypatch.setattr(lakefs, "POOL_CONNECTIONS", 0)  # the SDK's own pool: the test can tell
+    monkeypatch.setattr(connections, "POOL_CONNECTIONS", 0)  # the SDK's own pool: the test can tell
     assert _pool_warnings(options, repo)
 
 

@@ -14,7 +14,7 @@ Configuration is lakeFS's own: `storage_options` (`host`, `username`,
 
 The lakeFS SDK keeps `5 * cpu_count` connections per host, fewer than the
 iterator's fetch threads (`max_in_flight`, 128 by default); `get_object`
-raises that to `POOL_CONNECTIONS` on first use, so connections are reused
+raises that to `connections.POOL_CONNECTIONS` on first use, so connections are reused
 instead of discarded (urllib3's "Connection pool is full" warnings).
 """
 
@@ -26,12 +26,12 @@ import threading
 from typing import Any, Protocol
 
 from remote_keras import errors
+from remote_keras.storage import connections as limits  # `connections` is an argument below
 
 # Connections the lakeFS client keeps per host, as s3fs's pool (`storage.PROTOCOL_DEFAULTS`).
-POOL_CONNECTIONS = 256
 # (connect, read) seconds of one object read, as for S3 (`storage.PROTOCOL_DEFAULTS`): a
 # stalled read becomes a transient failure that is retried, never a hung batch.
-REQUEST_TIMEOUT_S = (10, 60)
+REQUEST_TIMEOUT_S = (limits.CONNECT_TIMEOUT_S, limits.READ_TIMEOUT_S)
 _POOL_LOCK = threading.Lock()
 
 
@@ -133,7 +133,7 @@ def get_object(fs: Any, url: str) -> bytes:
     """
     repository, ref, path = split(url)
     api = fs.client.sdk_client.objects_api
-    if getattr(api.api_client, "_remote_keras_pool", 0) < POOL_CONNECTIONS:
+    if getattr(api.api_client, "_remote_keras_pool", 0) < limits.POOL_CONNECTIONS:
         size_pool(fs.client)
     return bytes(
         api.get_object(repository, ref, path, presign=False, _request_timeout=REQUEST_TIMEOUT_S)
@@ -194,7 +194,7 @@ def _list_document(
 ) -> dict[str, Any]:
     """One page of `objects/ls` as its raw JSON document."""
     api = fs.client.sdk_client.objects_api
-    if getattr(api.api_client, "_remote_keras_pool", 0) < POOL_CONNECTIONS:
+    if getattr(api.api_client, "_remote_keras_pool", 0) < limits.POOL_CONNECTIONS:
         size_pool(fs.client)
     response = api.list_objects_with_http_info(
         repository,
@@ -257,7 +257,7 @@ def presign_supported(fs: Any) -> bool:
     return bool(storage is not None and storage.pre_sign_support)
 
 
-def size_pool(client: Any, connections: int = POOL_CONNECTIONS) -> None:
+def size_pool(client: Any, connections: int | None = None) -> None:
     """Lets a `lakefs.Client` keep `connections` connections per host (at least).
 
     The SDK sizes its urllib3 pool once, when the client is made; this gives
@@ -266,9 +266,13 @@ def size_pool(client: Any, connections: int = POOL_CONNECTIONS) -> None:
 
     Args:
         client: A `lakefs.Client`, e.g. `LakeFSFileSystem(...).client`.
-        connections: Connections to keep per host.
+        connections: Connections to keep per host; default
+            `remote_keras.storage.connections.POOL_CONNECTIONS`.
     """
     from lakefs_sdk import rest
+
+    if connections is None:
+        connections = limits.POOL_CONNECTIONS
 
     with _POOL_LOCK:
         api_client = client.sdk_client.objects_api.api_client

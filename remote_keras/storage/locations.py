@@ -18,7 +18,7 @@ from fsspec import AbstractFileSystem
 from fsspec.asyn import AsyncFileSystem
 
 from remote_keras import errors
-from remote_keras.storage import listers
+from remote_keras.storage import connections, listers
 
 # Defaults that make common backends fetch an object with a single, cheap GET.
 # s3fs sends a HEAD before every GET unless `max_concurrency=1` and caps its
@@ -29,21 +29,18 @@ PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
     "s3": {
         "max_concurrency": 1,
         "config_kwargs": {
-            "max_pool_connections": 256,
+            "max_pool_connections": connections.POOL_CONNECTIONS,
             "response_checksum_validation": "when_required",
             # s3fs and botocore each retry up to 5 times, multiplied (25 GETs and 40 s for
             # one 503; 250 for a stall). Listings keep botocore's one retry; reads make none
-            # (`_reading_options`): remote_keras retries them, counted, after Retry-After.
+            # (`connections.fsspec_reading_options`): remote_keras retries them, counted,
+            # after Retry-After.
             "retries": {"total_max_attempts": 2},
-            "connect_timeout": 10,
-            "read_timeout": 60,
+            "connect_timeout": connections.CONNECT_TIMEOUT_S,
+            "read_timeout": connections.READ_TIMEOUT_S,
         },
     },
 }
-
-# Filesystems whose own retry loop (an attribute, not an option) is turned off for reads, so
-# that `RetryPolicy` makes every retry, counts it and honours Retry-After.
-_NO_CLIENT_RETRIES = {"s3": "retries", "s3a": "retries"}
 
 # Storage options remote_keras reads itself and never passes to a filesystem.
 OWN_OPTIONS = frozenset({"pre_sign"})  # `remote_keras.storage.presign`
@@ -135,7 +132,7 @@ class FileSystems:
         # A deep copy: botocore adds to the dicts it is given (`retries["mode"]`), which would
         # change the token of every later filesystem, so none would reuse the first one.
         options = copy.deepcopy(PROTOCOL_DEFAULTS.get(protocol, {}))
-        for key, value in _reading_options(protocol, self.timeout_s).items():
+        for key, value in connections.fsspec_reading_options(protocol, self.timeout_s).items():
             options[key] = {**options.get(key, {}), **value}
         for key, value in self.storage_options.items():
             default = options.get(key)
@@ -165,7 +162,7 @@ class FileSystems:
             protocol = protocol_of(url)
             options = self.storage_options if chained else self._options_for(protocol)
             fs, path = fsspec.core.url_to_fs(url, **options)
-        attribute = _NO_CLIENT_RETRIES.get(protocol_of(url))
+        attribute = connections.NO_CLIENT_RETRIES.get(protocol_of(url))
         if attribute is not None and not chained and self.timeout_s is not None:
             setattr(fs, attribute, 1)
         self._cache[key] = fs
@@ -178,21 +175,6 @@ class FileSystems:
             fs, path = self.resolve(url)
             groups[fs].append((position, path))
         return groups
-
-
-def _reading_options(protocol: str, timeout_s: float | None) -> dict[str, dict[str, Any]]:
-    """Options bounding a connection and each socket read by `timeout_s`; no client retries."""
-    if timeout_s is None:
-        return {}
-    if protocol in ("s3", "s3a"):
-        bound = {"connect_timeout": timeout_s, "read_timeout": timeout_s}
-        return {"config_kwargs": {**bound, "retries": {"total_max_attempts": 1}}}
-    if protocol in ("http", "https"):  # aiohttp's session, which fsspec's HTTP filesystem opens
-        import aiohttp
-
-        limit = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
-        return {"client_kwargs": {"timeout": limit}}
-    return {}
 
 
 def is_async(fs: AbstractFileSystem) -> bool:

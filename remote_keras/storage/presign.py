@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from remote_keras import errors
-from remote_keras.storage import lakefs, retry
+from remote_keras.storage import connections, lakefs, retry
 from remote_keras.storage.presign_ahead import Ahead
 
 OPTION = "pre_sign"
@@ -305,7 +305,7 @@ class PresignedReader:
             with self._lock:
                 if self._http is None:
                     self._http = urllib3.PoolManager(
-                        maxsize=lakefs.POOL_CONNECTIONS,
+                        maxsize=connections.POOL_CONNECTIONS,
                         retries=False,
                         timeout=urllib3.Timeout(*lakefs.REQUEST_TIMEOUT_S),
                     )

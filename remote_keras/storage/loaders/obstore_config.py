@@ -10,22 +10,9 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from remote_keras.storage import connections
 from remote_keras.storage.loaders.obstore_errors import first_line
 
-# obstore retries 10 times over up to 3 minutes by default, inside each of
-# remote_keras's own attempts: a refused connection cost 11 GETs and 2 s per
-# attempt. `RetryPolicy` retries (with backoff, counted in the stats) instead.
-_OBSTORE_RETRY: dict[str, Any] = {
-    "max_retries": 0,
-    "retry_timeout": timedelta(seconds=10),
-    "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=1)},
-}
-# obstore's own default is a 30 s overall timeout. `RetryPolicy.timeout_s` replaces these: a
-# request cannot be cancelled, and a process waits for its thread at exit.
-_OBSTORE_CLIENT: dict[str, Any] = {
-    "connect_timeout": timedelta(seconds=5),
-    "timeout": timedelta(seconds=60),
-}
 # s3fs options that tune caching, listing, uploads or concurrency: no GET changes.
 _S3FS_IGNORED = frozenset(
     {
@@ -139,11 +126,15 @@ def translate_options(
         ValueError: an option obstore cannot express, or conflicting values.
     """
     options = dict(options)
-    settings = _ObstoreSettings({}, dict(_OBSTORE_CLIENT), dict(_OBSTORE_RETRY))
+    settings = _ObstoreSettings(
+        {}, dict(connections.OBSTORE_CLIENT), dict(connections.OBSTORE_RETRY)
+    )
     if timeout_s is not None:
         bound = timedelta(seconds=timeout_s)
         settings.client_options["timeout"] = bound
-        settings.client_options["connect_timeout"] = min(bound, _OBSTORE_CLIENT["connect_timeout"])
+        settings.client_options["connect_timeout"] = min(
+            bound, connections.OBSTORE_CLIENT["connect_timeout"]
+        )
     environ = os.environ if environ is None else environ
     if protocol in ("gs", "gcs"):
         _gcs_options(options, settings, environ)
