@@ -239,6 +239,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 self._restore(saved)
             self._restore_validation(saved)  # found in fit's arguments after a claim
             train = self._iterators["train"]
+            if train is not None:
+                train._count_resumed()
             steps = arguments.get("epoch_iterator")
             if self._resumed_epoch is not None and train is not None and steps is not None:
                 # A `tf.data.Dataset` of unknown length (`train.to_tf_dataset()` resumed
@@ -252,16 +254,16 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             initial = int(self.model._initial_epoch or arguments.get("initial_epoch") or 0)
             state = random.getstate()
             train = self._iterators["train"]
-            if train is not None and train.epoch != initial:
+            if train is not None and train._current_epoch() != initial:
                 # A fresh iterator for `fit(initial_epoch=k)`: epoch k's samples, and the
                 # batch order a run started at epoch 0 from the same seed drew for it.
                 if self._fit_shuffle:
-                    for _ in range(train.epoch, initial):
+                    for _ in range(train._current_epoch(), initial):
                         state = shuffled(len(train), state)[1]
                     random.setstate(state)
                 train.set_epoch(initial)
             validation = self._iterators["validation"]
-            if validation is not None and validation.epoch != initial:
+            if validation is not None and validation._current_epoch() != initial:
                 validation.set_epoch(initial)
             self._random_states = {initial: state}
 
@@ -329,7 +331,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         train, validation = self._iterators["train"], self._iterators["validation"]
         validation_state = None
         if validation is not None:
-            passes = validation.epoch
+            passes = validation._current_epoch()
             if not validated and _validates(epoch - 1, self._validation_freq):
                 passes += 1  # the pass Keras runs before the epoch ends, skipped on resume
             validation_state = validation.state_dict(epoch=passes)
@@ -389,7 +391,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         train = self._iterators["train"]
         if train is not None and saved["train"] is not None:
             state = python_random_state(saved["python_random"])
-            train.load_state_dict(saved["train"], state if saved["fit_shuffle"] else None)
+            # Keras counts a whole epoch's steps before `on_train_begin`, which counts the rest.
+            train._load_state(saved["train"], state if saved["fit_shuffle"] else None, False)
         self._restore_validation(saved)
         self._epoch_in_progress, self._offset = epoch, done
         self._last_batch_seen = done - 1 if done else 0  # Keras counts batches from here
