@@ -25,7 +25,7 @@ if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "y
 # The public names load on first use (PEP 562), so that `import remote_keras.testing...`
 # (the local test servers) imports neither Keras nor TensorFlow.
 _MODULES = {
-    "BackupAndRestore": "remote_keras.resume",
+    "BackupAndRestore": "remote_keras.backup",
     "DataFrameIterator": "remote_keras.iterators",
     "DataVersionCallback": "remote_keras.records",
     "DirectoryIterator": "remote_keras.iterators",
@@ -54,6 +54,7 @@ _MODULES = {
 if TYPE_CHECKING:
     from keras.src.legacy.preprocessing.image import Iterator, NumpyArrayIterator
 
+    from remote_keras.backup import BackupAndRestore
     from remote_keras.callbacks import EpochInputReport, InputStallCallback
     from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
     from remote_keras.generator import ImageDataGenerator
@@ -67,7 +68,6 @@ if TYPE_CHECKING:
         read_table,
         write_data_version,
     )
-    from remote_keras.resume import BackupAndRestore
     from remote_keras.retry import RetryPolicy
     from remote_keras.sharding import Shard
     from remote_keras.stats import LoaderStats

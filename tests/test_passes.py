@@ -23,15 +23,28 @@ def _iterator(directory, df):
 
 def test_an_end_inside_a_pass_ends_the_epoch_and_one_outside_is_held():
     clock = EpochClock()
-    assert clock.end() == 0 and clock.held_here() == 1  # held: no pass began
+    assert clock.end(4) == 0 and clock.held_here() == 1  # held: no pass began
     clock.begin()  # Keras begins its pass: the end was a reset
     assert clock.held_here() == 0 and clock.epoch == 0
-    assert clock.end() == 1  # the end of the pass
+    assert clock.end(4) == 1  # the end of the pass
+    assert not clock.cut_short  # (no batch handed out in this process: worker processes)
+
+
+def test_a_pass_that_handed_out_only_some_batches_is_cut_short():
+    # Keras's JAX `fit` builds the model from one batch of a pass it abandons.
+    clock = EpochClock()
+    clock.begin()
+    clock.handed = 1
+    assert clock.end(4) == 1 and clock.cut_short
+    clock.advance(1)
+    clock.begin()
+    clock.handed = 4
+    assert clock.end(4) == 1 and not clock.cut_short
 
 
 def test_a_held_end_is_not_applied_by_another_thread():
     clock = EpochClock()
-    clock.end()
+    clock.end(4)
     seen: list[int] = []
     worker = threading.Thread(target=lambda: seen.append(clock.held_here()))
     worker.start()

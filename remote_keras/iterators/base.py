@@ -68,7 +68,6 @@ class RemoteBatchMixin(StateMixin, SchedulingMixin, LifecycleMixin, keras_image.
         self._prepared: tuple[int, int, resume.Resumption | None] | None = None
         self._stream_position = 0
         self._last_requested: int | None = None
-        self._read_yet = False  # a BackupAndRestore may claim it before its first read
         self.closed = False
         self._home_pid = os.getpid()  # pickled: a copy knows it runs in another process
 
@@ -125,7 +124,6 @@ class RemoteBatchMixin(StateMixin, SchedulingMixin, LifecycleMixin, keras_image.
     def __getitem__(self, idx: int):
         asked = time.perf_counter()
         self._ensure_process()
-        self._before_first_read()
         length = len(self)
         clock = self._clock
         with self.lock:
@@ -136,6 +134,7 @@ class RemoteBatchMixin(StateMixin, SchedulingMixin, LifecycleMixin, keras_image.
             epoch, order = clock.epoch, clock.order(length)
             position = clock.position(idx, length)
             self.total_batches_seen += 1
+            clock.handed += clock.in_pass
             kept = clock.take((epoch, position))
             if kept is None:
                 previous, self._last_requested = self._last_requested, idx
@@ -157,7 +156,6 @@ class RemoteBatchMixin(StateMixin, SchedulingMixin, LifecycleMixin, keras_image.
     def __next__(self):
         asked = time.perf_counter()
         self._ensure_process()
-        self._before_first_read()
         with self.lock:
             length = max(len(self), 1)
             epoch, index = divmod(self._stream_position, length)
@@ -169,11 +167,6 @@ class RemoteBatchMixin(StateMixin, SchedulingMixin, LifecycleMixin, keras_image.
         steps = range(self.options.prefetch_batches)
         keys = [divmod(position + step, length) for step in steps]
         return self._result(future, prefetched, keys, asked)
-
-    def _before_first_read(self) -> None:
-        if not self._read_yet:
-            self._read_yet = True
-            resume.claim(self)
 
     def reset(self) -> None:
         """Makes the next `next()` call start a new epoch, as Keras does."""
@@ -212,7 +205,7 @@ class RemoteBatchMixin(StateMixin, SchedulingMixin, LifecycleMixin, keras_image.
         """
         self._ensure_process()
         with self.lock:
-            ended = self._clock.end()
+            ended = self._clock.end(len(self))
             if ended:
                 self._end_epochs(ended)
 

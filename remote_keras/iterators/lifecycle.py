@@ -54,7 +54,6 @@ class LifecycleMixin:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._read_yet = True  # copies in other processes never claim a backup
         self.index_generator = self._flow_index()
         self._per_process_state()
 

@@ -33,6 +33,8 @@ class EpochClock:
     def __init__(self) -> None:
         self.epoch = 0
         self.in_pass = False  # `on_epoch_begin()` seen since the last epoch boundary
+        self.handed = 0  # batches handed out in this process since `on_epoch_begin()`
+        self.cut_short = False  # the last epoch ended in a pass that handed out only some
         self.held: tuple[int, int, int] | None = None  # (pid, thread, ends) not applied yet
         self.kept: dict[tuple[int, int], Any] = {}  # (epoch, position) -> batch
         self.resume: resume.Resumption | None = None
@@ -44,8 +46,10 @@ class EpochClock:
         """`on_epoch_begin()`: a pass starts; an end held until now was Keras's reset."""
         self.held = None
         self.in_pass = True
+        self.handed = 0
+        self.cut_short = False
 
-    def end(self) -> int:
+    def end(self, length: int) -> int:
         """`on_epoch_end()`: returns how many epochs end now (0 or 1).
 
         The rule: an `on_epoch_end()` that follows an `on_epoch_begin()`
@@ -60,8 +64,15 @@ class EpochClock:
         call `on_epoch_begin()` before every pass). Reads by other threads
         (Keras's workers, which may start before `on_epoch_begin()`) and by
         other processes do not apply a held end.
+
+        A pass ended after handing out only some of its batches (`cut_short`;
+        Keras's JAX `fit` builds an unbuilt model from one batch of a pass
+        it abandons) ends the epoch all the same: nothing Keras calls in
+        public tells it from a shorter epoch. `BackupAndRestore` moves such an
+        iterator back to the epoch `fit` starts at.
         """
         if self.in_pass:
+            self.cut_short = 0 < self.handed < self.batches(length)
             return 1
         pid, thread, ends = self.held or (os.getpid(), threading.get_ident(), 0)
         self.held = (pid, thread, ends + 1)
@@ -78,6 +89,7 @@ class EpochClock:
         """Moves `epochs` epochs on: a new pass will begin, nothing of the old epochs is kept."""
         self.epoch += epochs
         self.in_pass = False
+        self.handed = 0
         self.held = None
         self.resume = None
         self.resume_counted = True
@@ -87,6 +99,8 @@ class EpochClock:
         """Reads `epoch` next (the rest of it in `pending`'s order); keeps its kept batches."""
         self.epoch = epoch
         self.in_pass = False
+        self.handed = 0
+        self.cut_short = False
         self.held = None
         self.resume = pending
         self.resume_counted = counted

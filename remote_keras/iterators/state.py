@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from remote_keras import errors, resume
+from remote_keras import errors, fit_order, resume
 from remote_keras.epochs import EpochPlanner
 from remote_keras.iterators.passes import EpochClock
 from remote_keras.lakefs import LakeFSPin, Pinner
@@ -61,11 +61,7 @@ class StateMixin:
         count the rest only when training begins, after Keras counted a whole
         epoch's steps.
         """
-        self._before_first_read()
         return self._clock.batches(len(self))
-
-    def _before_first_read(self) -> None:
-        """Runs before anything reads a batch (a hook for `BackupAndRestore`)."""
 
     @property
     def epoch(self) -> int:
@@ -74,6 +70,16 @@ class StateMixin:
 
     def _current_epoch(self) -> int:
         return self._clock.epoch
+
+    def _reset_by_keras(self) -> bool:
+        """Whether Keras just reset it before a `fit`, `evaluate` or `predict` (`EpochClock`)."""
+        with self.lock:
+            return self._clock.held is not None or self._clock.cut_short
+
+    def _in_pass(self) -> bool:
+        """Whether Keras has begun a pass over it (`on_epoch_begin()`) that has not ended."""
+        with self.lock:
+            return self._clock.in_pass
 
     @property
     def _epoch(self) -> int:  # the epoch counter, held ends aside (read by the test suite)
@@ -181,7 +187,7 @@ class StateMixin:
         resume.check_compatible(self, state)
         epoch, done = int(state["epoch"]), int(state["batch"])
         shuffled = fit_random_state is not None
-        pending = resume.fit_resumption(epoch, done, len(self), shuffled, fit_random_state)
+        pending = fit_order.fit_resumption(epoch, done, len(self), shuffled, fit_random_state)
         target = (epoch, done, pending if done else None)
         self._prepared = None if counted else target
         self._go_to(*target, counted=counted)
