@@ -10,8 +10,8 @@ import time
 import warnings
 from typing import Any
 
+import keras
 import numpy as np
-from keras.src import backend
 from keras.src.legacy.preprocessing import image as keras_image
 
 from remote_keras import batches, errors, presign, resume, sharding, storage
@@ -181,7 +181,7 @@ class RemoteBatchMixin(StateMixin, SchedulingMixin, LifecycleMixin, keras_image.
             self._clock.begin()
         if (
             self.shard.count > 1
-            and backend.backend() == "tensorflow"
+            and keras.backend.backend() == "tensorflow"
             and sharding.in_tf_multi_worker()
         ):
             raise ValueError(
