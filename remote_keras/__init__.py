@@ -25,7 +25,7 @@ if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "y
 # The public names load on first use (PEP 562), so that `import remote_keras.testing...`
 # (the local test servers) imports neither Keras nor TensorFlow.
 _MODULES = {
-    "BackupAndRestore": "remote_keras.keras3.resume",
+    "BackupAndRestore": "remote_keras.keras3.backup",
     "ChecksumMismatchError": "remote_keras.storage.integrity",
     "DataFrameIterator": "remote_keras.keras3.iterators",
     "DataVersionCallback": "remote_keras.keras3.callbacks",
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from keras.src.legacy.preprocessing.image import Iterator, NumpyArrayIterator
 
     from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
+    from remote_keras.keras3.backup import BackupAndRestore
     from remote_keras.keras3.callbacks import (
         DataVersionCallback,
         EpochInputReport,
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
     )
     from remote_keras.keras3.generator import ImageDataGenerator
     from remote_keras.keras3.iterators import DataFrameIterator, DirectoryIterator
-    from remote_keras.keras3.resume import BackupAndRestore
     from remote_keras.keras3.workers import WorkerDiedError
     from remote_keras.pipeline.decoding import decode_image
     from remote_keras.pipeline.sharding import Shard

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import uuid
+import warnings
 
 import keras
 import numpy as np
@@ -203,6 +204,41 @@ def test_each_sharded_worker_resumes_its_own_shard(image_dir, tmp_path):
     for index in (0, 1):
         make = functools.partial(_iterator, local, df, num_shards=2, shard_index=index)
         _check_resume(make, tmp_path, interrupt=(1, 2))
+
+
+class FiltersSeen(keras.callbacks.Callback):
+    """Records Python's warning filters at every training step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[list] = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen.append(list(warnings.filters))
+
+
+def test_a_resumed_fit_leaves_process_state_alone_but_for_the_batch_order(image_dir, tmp_path):
+    local, df = image_dir
+    backup = str(tmp_path / "quiet")
+    _fit(lambda: _iterator(local, df), backup, (1, 5))
+    keras.utils.set_random_seed(3)
+    model = Recorder()
+    model.compile(keras.optimizers.Adam(1e-3), "mse", run_eagerly=True)
+    filters, seen = list(warnings.filters), FiltersSeen()
+    with _iterator(local, df) as it:
+        model.fit(it, epochs=3, verbose=0, callbacks=[rk.BackupAndRestore(backup), seen])
+    assert seen.seen and all(now == filters for now in seen.seen)
+
+
+def test_two_open_iterators_that_fit_a_backup_are_refused_by_name(image_dir, tmp_path):
+    local, df = image_dir
+    backup = str(tmp_path / "twice")
+    _fit(lambda: _iterator(local, df), backup, (1, 5))
+    with _iterator(local, df) as one, _iterator(local, df) as other:
+        with pytest.raises(ValueError, match="train_iterator="):
+            rk.BackupAndRestore(backup)
+        rk.BackupAndRestore(backup, train_iterator=other)  # named: no doubt
+        assert one.epoch == 0 and other.epoch == 1
 
 
 def test_resume_through_to_tf_dataset(image_dir, tmp_path):

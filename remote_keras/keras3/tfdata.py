@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from remote_keras import errors
+
 
 def to_tf_dataset(it: Any) -> Any:
     """Returns the batches of one epoch of `it` per pass, as a `tf.data.Dataset`.
@@ -22,7 +24,16 @@ def to_tf_dataset(it: Any) -> Any:
 
     Returns:
         A `tf.data.Dataset`; each complete pass ends the iterator's epoch, so
-        the next pass is the next epoch's order.
+        the next pass is the next epoch's order. Made from an iterator
+        restored mid-epoch (`BackupAndRestore(train_iterator=it)` first), its
+        first pass holds the rest of that epoch, and its `cardinality()`
+        still reports whole epochs, from which Keras counts every epoch's
+        steps (`keras/src/trainers/data_adapters/tf_dataset_adapter.py`,
+        `num_batches`, Keras 3.8 to 3.15); the resumed pass ends early.
+
+    Raises:
+        ValueError: A sharded iterator restored mid-epoch (its dataset's
+            steps are counted by tf.distribute).
     """
     import tensorflow as tf
 
@@ -48,10 +59,21 @@ def to_tf_dataset(it: Any) -> Any:
                 yield first.pop()
             else:
                 yield as_tuple(it[i])
-        it.on_epoch_end()  # the next pass is the next epoch
+        it._end_pass()  # the next pass is the next epoch
 
+    resumed = it._resuming()
+    if resumed and it.shard.count > 1:
+        raise ValueError(
+            f"Shard {it.shard.index} of {it.shard.count} of {errors.redact(str(it.directory))} "
+            "was restored mid-epoch, but a sharded `to_tf_dataset()` cannot resume mid-epoch "
+            "(tf.distribute counts its steps). Back up with save_freq='epoch'."
+        )
     dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
-    if it.shard.count == 1 and it.num_batches == len(it):
+    if resumed:
+        whole = len(it)
+        dataset.cardinality = lambda: tf.constant(whole, tf.int64)  # Keras's steps per epoch
+        return dataset
+    if it.shard.count == 1:
         return dataset.apply(tf.data.experimental.assert_cardinality(len(it)))
     # The files are split already: tf.distribute must not split the batches again. Its steps
     # per epoch then depend on the replicas, so the cardinality stays unknown.

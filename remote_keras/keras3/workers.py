@@ -60,6 +60,11 @@ def track(iterator: Any, multiprocess: bool) -> None:
         _MULTIPROCESS.add(iterator)
 
 
+def open_iterators() -> list[Any]:
+    """This process's open iterators (`BackupAndRestore` looks for the ones `fit` reads)."""
+    return [it for it in list(_OPEN) if not getattr(it, "closed", False)]
+
+
 def untrack(iterator: Any) -> None:
     """Forgets a closed iterator."""
     _OPEN.discard(iterator)

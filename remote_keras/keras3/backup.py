@@ -1,0 +1,335 @@
+"""`BackupAndRestore`: Keras's backups, with the iterators' state, for an exact resume."""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+from typing import Any
+
+import keras
+from keras.src.utils import file_utils
+
+from remote_keras import errors
+from remote_keras.keras3 import backup_files, workers
+from remote_keras.keras3.fit_order import FitOrder, json_random_state, python_random_state, shuffled
+from remote_keras.keras3.resume import STATE_FORMAT, fingerprint
+
+# The Keras internals this callback relies on, all of Keras's own `BackupAndRestore`
+# (keras/src/callbacks/backup_and_restore.py, Keras 3.8.0 and 3.15.1 alike): its file paths
+# (lines 98-105), its batch counter `_last_batch_seen` (lines 92, 192-206: set on restore so
+# that backups fall where the uninterrupted run's did) and `_save_model()` (line 164: the
+# one place Keras writes a backup, overridden to add the iterators' state to the same
+# metadata file). Keras itself restores the epoch (`model._initial_epoch`, line 152).
+_KERAS_INTERNALS = (
+    "_weights_path",
+    "_training_metadata_path",
+    "_prev_weights_path",
+    "_prev_training_metadata_path",
+    "_last_batch_seen",
+    "_save_model",
+)
+
+
+def _check_keras(callback: keras.callbacks.BackupAndRestore) -> None:
+    missing = [name for name in _KERAS_INTERNALS if not hasattr(callback, name)]
+    if missing:
+        raise RuntimeError(
+            f"remote_keras.BackupAndRestore extends Keras's BackupAndRestore, but Keras "
+            f"{keras.__version__} lacks {', '.join(missing)} (tested with Keras 3.8 to 3.15)."
+        )
+
+
+class BackupAndRestore(keras.callbacks.BackupAndRestore):
+    """Keras's `BackupAndRestore` that also resumes the data stream exactly.
+
+    Takes Keras's arguments. Each backup also holds the state of the
+    iterators `fit` trains and validates on, in the same metadata file,
+    written atomically after the weights. On restore the weights and epoch
+    come back as in Keras, and the iterators continue where the backup was
+    taken: the interrupted epoch reads only the batches not trained yet, in
+    the order and with the augmentation of the uninterrupted run (also under
+    `fit(shuffle=True)`, see `remote_keras.keras3.fit_order`), and lakeFS refs are
+    read at the commits the first run pinned. Without a backup, the training
+    iterator is moved to the epoch `fit` starts at (`initial_epoch`).
+
+    Finding the iterators, when not given: with a backup, the open
+    remote_keras iterator that reads the same folder with the same seed and
+    shard as the backed-up one, looked up when the callback is created (so
+    that not even the batches Keras reads before training are read twice:
+    create the iterator first) and again when training begins. Without a
+    backup, the open iterator Keras resets just before training (then its
+    validation pass), or failing that the one it reads from during the first
+    training step (or validation step).
+
+    Args:
+        backup_dir: Folder of the backup, as for Keras.
+        save_freq: `"epoch"`, or a number of batches, as for Keras.
+        double_checkpoint: As for Keras.
+        delete_checkpoint: As for Keras.
+        train_iterator: The remote_keras iterator `fit` trains on; needed when
+            `fit` reads it through `iterator.to_tf_dataset()` (create the
+            callback before the dataset).
+        validation_iterator: Likewise for `validation_data`.
+
+    Raises:
+        ValueError: Several open iterators fit the description of one
+            that was backed up (pass it as `train_iterator=`).
+    """
+
+    def __init__(
+        self,
+        backup_dir: str,
+        save_freq: str | int = "epoch",
+        double_checkpoint: bool = False,
+        delete_checkpoint: bool = True,
+        train_iterator: Any = None,
+        validation_iterator: Any = None,
+    ) -> None:
+        super().__init__(backup_dir, save_freq, double_checkpoint, delete_checkpoint)
+        _check_keras(self)
+        self._iterators = {"train": train_iterator, "validation": validation_iterator}
+        self._restored = {"train": False, "validation": False}
+        self._order: FitOrder | None = None
+        self._epoch = 0  # the epoch in progress (Keras's numbering)
+        self._at_epoch_end = False
+        self._done = 0  # batches of the epoch in progress trained, this run and before
+        self._offset = 0  # batches of the epoch in progress trained before this `fit` started
+        self._set_random_at: int | None = None
+        self._in_epoch = False
+        self._validated: set[int] = set()  # epochs `fit` validated after, in this run
+        backup_files.repair(self._weights_path, self._training_metadata_path)
+        self._saved = self._saved_state()
+        self._find_saved()
+
+    # ---------------------------------------------------------------- Keras's hooks
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        super().on_train_begin(logs)  # weights and epoch, as Keras
+        self._order = None
+        saved = self._saved
+        if saved is not None:
+            self._find_saved()
+            train = self._iterators["train"]
+            if train is not None:
+                train._count_resumed()  # Keras has counted whole epochs' steps by now
+            random.setstate(python_random_state(saved["python_random"]))  # fit draws from it
+        elif self._iterators["train"] is None:
+            self._iterators["train"] = _single(_reset_by_keras(self._iterators))
+        train = self._iterators["train"]
+        steps = self.params.get("steps") if self.params else None
+        if train is not None and steps not in (None, len(train)) and self.save_freq != "epoch":
+            warnings.warn(
+                "With `steps_per_epoch`, Keras does not start a new pass over the data each "
+                "epoch: an interrupted epoch is resumed from its start.",
+                stacklevel=2,
+            )
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        if self._order is None:  # the first epoch of this `fit`
+            if self._saved is None:
+                self._move_to(epoch)
+            self._order = FitOrder(epoch, random.getstate())
+        if self._set_random_at == epoch:  # after a resumed epoch, whose own draw differed
+            random.setstate(self._order.state(epoch, self._batches()))
+            self._set_random_at = None
+        if epoch != self._epoch:
+            self._offset = 0
+        self._epoch, self._at_epoch_end, self._in_epoch = epoch, False, True
+        super().on_epoch_begin(epoch, logs)
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        if self._iterators["train"] is None and self._saved is None:
+            self._iterators["train"] = _single(_in_pass(self._iterators))
+        super().on_train_batch_begin(batch, logs)
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self._order is not None:
+            train = self._iterators["train"]
+            batches = train.num_batches if train is not None else 0
+            self._order.observe(self._epoch, batches, self._batches())
+        self._done = batch + self._offset + 1
+        super().on_train_batch_end(batch + self._offset, logs)
+
+    def on_test_begin(self, logs: dict | None = None) -> None:
+        if self._in_epoch:  # `fit`'s validation pass
+            self._validated.add(self._epoch)
+            if self._iterators["validation"] is None:
+                self._iterators["validation"] = _single(_reset_by_keras(self._iterators))
+        super().on_test_begin(logs)
+
+    def on_test_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        if self._in_epoch and self._iterators["validation"] is None:
+            self._iterators["validation"] = _single(_in_pass(self._iterators))
+        super().on_test_batch_begin(batch, logs)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self._at_epoch_end = True
+        super().on_epoch_end(epoch, logs)
+        self._in_epoch = False
+
+    def _save_model(self) -> None:
+        if not file_utils.exists(self.backup_dir):
+            file_utils.makedirs(self.backup_dir)
+        for current, previous in (
+            (self._weights_path, self._prev_weights_path),
+            (self._training_metadata_path, self._prev_training_metadata_path),
+        ):
+            if self.double_checkpoint and file_utils.exists(current):
+                file_utils.copy(current, previous)
+        epoch, done, validated = self._position()
+        metadata = {
+            "epoch": epoch,
+            "batch": 0 if self._at_epoch_end else self._done - 1,  # as Keras writes it
+            "remote_keras": self._data_state(epoch, done, validated),
+        }
+        backup_files.save(
+            self._weights_path, self._training_metadata_path, self.model.save_weights, metadata
+        )
+
+    def _position(self) -> tuple[int, int, bool]:
+        """Where a backup taken now resumes: `(epoch, batches of it done, validated)`.
+
+        An epoch whose batches have all been trained (a backup after its last
+        batch, before its end) resumes at the next epoch's start, as a backup
+        at its end would: Keras cannot run an epoch with no batches left.
+        `validated` tells whether the epoch's validation pass, if it has one,
+        counts as done.
+        """
+        if self.save_freq == "epoch" or self._at_epoch_end:
+            return self._epoch + 1, 0, True
+        train = self._iterators["train"]
+        if train is not None and self._done >= len(train):
+            return self._epoch + 1, 0, False
+        return self._epoch, self._done, True
+
+    # ---------------------------------------------------------------- state
+
+    def _batches(self) -> int:
+        train = self._iterators["train"]
+        return len(train) if train is not None else 0
+
+    def _move_to(self, epoch: int) -> None:
+        """Without a backup: the iterators read epoch `epoch` (`fit(initial_epoch=...)`)."""
+        train, validation = self._iterators["train"], self._iterators["validation"]
+        if train is not None and train._current_epoch() != epoch:
+            # Epoch `epoch`'s samples, and the batch order a run started at epoch 0 from the
+            # same seed drew for it (assuming `fit(shuffle=True)`, Keras's default).
+            state = random.getstate()
+            for _ in range(train._current_epoch(), epoch):
+                state = shuffled(len(train), state)[1]
+            random.setstate(state)
+            train.set_epoch(epoch)
+        if validation is not None and validation._current_epoch() != epoch:
+            validation.set_epoch(epoch)
+
+    def _data_state(self, epoch: int, done: int, validated: bool) -> dict[str, Any]:
+        train, validation = self._iterators["train"], self._iterators["validation"]
+        assert self._order is not None  # noqa: S101 - backups come after an epoch began
+        validation_state = None
+        if validation is not None:
+            passes = validation._current_epoch()
+            if not validated and self._validates(epoch - 1):
+                passes += 1  # the pass Keras runs before the epoch ends, skipped on resume
+            validation_state = validation.state_dict(epoch=passes)
+        return {
+            "format": STATE_FORMAT,
+            "epoch": epoch,
+            "batch": done,
+            "fit_shuffle": self._order.shuffle is not False,
+            "python_random": json_random_state(self._order.state(epoch, self._batches())),
+            "train": None if train is None else train.state_dict(epoch=epoch, batch=done),
+            "validation": validation_state,
+        }
+
+    def _validates(self, epoch: int) -> bool:
+        """Whether `fit` validates after `epoch`, from the epochs it validated after so far.
+
+        `fit(validation_freq=k)` validates first after epoch `k - 1`; with no
+        validation seen yet, after every epoch (Keras's default).
+        """
+        if not self._validated:
+            return True
+        return (epoch + 1) % (min(self._validated) + 1) == 0
+
+    def _saved_state(self) -> dict[str, Any] | None:
+        if not file_utils.exists(self._training_metadata_path):
+            return None
+        with file_utils.File(self._training_metadata_path, "r") as f:
+            return json.loads(f.read()).get("remote_keras")
+
+    def _find_saved(self) -> None:
+        """Restores the backed-up iterators found (given, or open and reading the same data)."""
+        saved = self._saved
+        if saved is None:
+            return
+        for role in ("train", "validation"):
+            if saved[role] is None or self._restored[role]:
+                continue
+            if self._iterators[role] is None:
+                others = [it for r, it in self._iterators.items() if r != role]
+                self._iterators[role] = _single(_matching(saved[role], others), saved[role])
+            if self._iterators[role] is not None:
+                self._restore(role, saved)
+
+    def _restore(self, role: str, saved: dict[str, Any]) -> None:
+        """Loads a saved iterator state; the interrupted epoch reads only what is left."""
+        self._restored[role] = True
+        iterator = self._iterators[role]
+        if role == "validation":
+            iterator.load_state_dict(saved["validation"])
+            return
+        epoch, done = saved["epoch"], saved["batch"]
+        state = python_random_state(saved["python_random"]) if saved["fit_shuffle"] else None
+        # Keras counts a whole epoch's steps before `on_train_begin`, which counts the rest.
+        iterator._load_state(saved["train"], state, counted=False)
+        self._epoch, self._offset, self._done = epoch, done, done
+        self._last_batch_seen = done - 1 if done else 0  # Keras counts batches from here
+        self._set_random_at = epoch + 1 if done and saved["fit_shuffle"] else None
+
+
+# ---------------------------------------------------------------------------- finding
+
+
+def _open(exclude: Any) -> list[Any]:
+    """This process's open remote_keras iterators, except those in `exclude`."""
+    taken = [it for it in (exclude.values() if isinstance(exclude, dict) else exclude) if it]
+    return [it for it in workers.open_iterators() if all(it is not t for t in taken)]
+
+
+def _matching(state: dict[str, Any], exclude: Any) -> list[Any]:
+    """Open iterators reading the folder of `state` with its seed and shard.
+
+    Several are told apart by their samples (the state's fingerprint); a single
+    one is returned even when its samples differ, for `load_state_dict` to
+    refuse naming the difference.
+    """
+    found = [
+        it for it in _open(exclude)
+        if errors.redact(str(it.directory)) == state.get("directory")
+        and it.seed == state["seed"]
+        and [it.shard.index, it.shard.count] == state["shard"]
+    ]  # fmt: skip
+    if len(found) > 1:
+        found = [it for it in found if fingerprint(it) == state["fingerprint"]]
+    return found
+
+
+def _reset_by_keras(taken: dict[str, Any]) -> list[Any]:
+    return [it for it in _open(taken) if it._reset_by_keras()]
+
+
+def _in_pass(taken: dict[str, Any]) -> list[Any]:
+    return [it for it in _open(taken) if it._in_pass()]
+
+
+def _single(found: list[Any], state: dict[str, Any] | None = None) -> Any:
+    """The one iterator found, `None` for none; several fitting a backup raise `ValueError`."""
+    if len(found) > 1 and state is not None:
+        raise ValueError(
+            f"{len(found)} open iterators read {state.get('directory')!r} with seed "
+            f"{state['seed']} and shard {state['shard']}, as the backed-up one did: pass the "
+            "one `fit` trains on as `BackupAndRestore(..., train_iterator=...)` (or "
+            "`validation_iterator=`)."
+        )
+    return found[0] if len(found) == 1 else None

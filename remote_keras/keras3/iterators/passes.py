@@ -1,0 +1,155 @@
+"""`EpochClock`: which epoch an iterator reads, told only by calls Keras makes in public.
+
+Keras drives a `PyDataset` through `on_epoch_begin()`, `num_batches`,
+`__getitem__` and `on_epoch_end()`. It never says which epoch it trains, and
+it also calls `on_epoch_end()` when it merely resets (before the first epoch
+of `fit`, before each `evaluate` pass). The clock tells the two apart by the
+rule in `EpochClock.end`, and keeps the batches read outside a pass (such as
+TensorFlow's reading of batches 0 and 1 to infer the tensor spec) so that the
+pass that asks for them again does not read them twice.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from remote_keras.keras3 import resume
+
+# Batches read outside a pass that are kept for the pass (TensorFlow's spec inference reads 2).
+KEPT_BATCHES = 2
+
+
+class EpochClock:
+    """Epoch counter, pass tracking, kept batches and a resumed epoch's order (callers lock).
+
+    Attributes:
+        epoch: The epoch whose batches `iterator[i]` returns (held ends aside).
+        resume: The rest of an epoch resumed mid-way, or `None`.
+    """
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.in_pass = False  # `on_epoch_begin()` seen since the last epoch boundary
+        self.handed = 0  # batches handed out in this process since `on_epoch_begin()`
+        self.cut_short = False  # the last epoch ended in a pass that handed out only some
+        self.held: tuple[int, int, int] | None = None  # (pid, thread, ends) not applied yet
+        self.kept: dict[tuple[int, int], Any] = {}  # (epoch, position) -> batch
+        self.resume: resume.Resumption | None = None
+        self.resume_counted = True  # whether `num_batches` counts only what `resume` has left
+
+    # ---------------------------------------------------------------- epoch boundaries
+
+    def begin(self) -> None:
+        """`on_epoch_begin()`: a pass starts; an end held until now was Keras's reset."""
+        self.held = None
+        self.in_pass = True
+        self.handed = 0
+        self.cut_short = False
+
+    def end(self, length: int) -> int:
+        """`on_epoch_end()`: returns how many epochs end now (0 or 1).
+
+        The rule: an `on_epoch_end()` that follows an `on_epoch_begin()`
+        ends the epoch at once (the end of a pass of `fit`, `evaluate` or
+        `predict`). One made outside a pass (no `on_epoch_begin()` since the
+        last epoch boundary) is held: it ends the epoch when the same thread
+        next reads a batch (a loop of your own, `it[0] ... it[n-1];
+        it.on_epoch_end()`, never calls `on_epoch_begin()`; `it.epoch`
+        counts it already in that thread), and is dropped
+        if `on_epoch_begin()` comes first (Keras's `EpochIterator.reset()`
+        calls `on_epoch_end()` and then begins its pass; Keras 3.8 to 3.15
+        call `on_epoch_begin()` before every pass). Reads by other threads
+        (Keras's workers, which may start before `on_epoch_begin()`) and by
+        other processes do not apply a held end.
+
+        A pass ended after handing out only some of its batches (`cut_short`;
+        Keras's JAX `fit` builds an unbuilt model from one batch of a pass
+        it abandons) ends the epoch all the same: nothing Keras calls in
+        public tells it from a shorter epoch. `BackupAndRestore` moves such an
+        iterator back to the epoch `fit` starts at.
+        """
+        if self.in_pass:
+            self.cut_short = 0 < self.handed < self.batches(length)
+            return 1
+        pid, thread, ends = self.held or (os.getpid(), threading.get_ident(), 0)
+        self.held = (pid, thread, ends + 1)
+        return 0
+
+    def held_here(self) -> int:
+        """Ends held by the calling thread, which its next read applies."""
+        if self.held is None:
+            return 0
+        pid, thread, ends = self.held
+        return ends if (pid, thread) == (os.getpid(), threading.get_ident()) else 0
+
+    def advance(self, epochs: int) -> None:
+        """Moves `epochs` epochs on: a new pass will begin, nothing of the old epochs is kept."""
+        self.epoch += epochs
+        self.in_pass = False
+        self.handed = 0
+        self.held = None
+        self.resume = None
+        self.resume_counted = True
+        self.kept = {key: batch for key, batch in self.kept.items() if key[0] >= self.epoch}
+
+    def go_to(self, epoch: int, pending: resume.Resumption | None, counted: bool) -> None:
+        """Reads `epoch` next (the rest of it in `pending`'s order); keeps its kept batches."""
+        self.epoch = epoch
+        self.in_pass = False
+        self.handed = 0
+        self.cut_short = False
+        self.held = None
+        self.resume = pending
+        self.resume_counted = counted
+        self.kept = {key: batch for key, batch in self.kept.items() if key[0] == epoch}
+
+    # ---------------------------------------------------------------- positions
+
+    def batches(self, length: int) -> int:
+        """`num_batches`: `length`, or what a resumed epoch has left once it is counted."""
+        pending = self.resume
+        if pending is None or pending.epoch != self.epoch or not self.resume_counted:
+            return length
+        return len(pending.positions)
+
+    def order(self, length: int) -> Sequence[int]:
+        """The position in the epoch's order of each index Keras may ask for."""
+        pending = self.resume
+        if pending is None or pending.epoch != self.epoch:
+            return range(length)
+        return pending.positions
+
+    def position(self, idx: int, length: int) -> int:
+        """The epoch position index `idx` reads; raises `ValueError` past the end, as Keras.
+
+        Before a resumed epoch is counted, Keras still counts `length`
+        batches (it reads batches to learn their spec, or one to build the
+        model, from that count): indices past the rest wrap around it.
+        """
+        order = self.order(length)
+        if order and not self.resume_counted and len(order) <= idx < length:
+            return order[idx % len(order)]
+        if idx >= len(order):
+            raise ValueError(
+                f"Asked to retrieve element {idx}, but the Sequence has length {len(order)}"
+            )
+        return order[idx]
+
+    # ---------------------------------------------------------------- kept batches
+
+    def take(self, key: tuple[int, int]) -> Any:
+        """A batch kept for `key`, handed out once inside a pass (every time outside one)."""
+        if self.in_pass:
+            return self.kept.pop(key, None)
+        return self.kept.get(key)
+
+    def keep(self, key: tuple[int, int], batch: Any) -> None:
+        """Keeps a batch read outside a pass (the latest `KEPT_BATCHES` ones)."""
+        if self.in_pass or key[0] != self.epoch:
+            return
+        self.kept[key] = batch
+        while len(self.kept) > KEPT_BATCHES:
+            del self.kept[next(iter(self.kept))]

@@ -1,0 +1,242 @@
+"""An iterator's public state: epoch, statistics, `set_epoch` and `state_dict`/`load_state_dict`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from remote_keras import errors
+from remote_keras.keras3 import fit_order, resume
+from remote_keras.keras3.iterators.passes import EpochClock
+from remote_keras.pipeline.epochs import EpochPlanner
+from remote_keras.pipeline.prefetch import Prefetcher
+from remote_keras.pipeline.skips import SkipLog
+from remote_keras.pipeline.stats import LoaderStats, StatsRecorder
+from remote_keras.storage.lakefs import LakeFSPin, Pinner
+
+
+class StateMixin:
+    """Where an iterator stands in its stream, and moving it elsewhere."""
+
+    # Set by `RemoteBatchMixin` and Keras's `__init__`.
+    lock: Any
+    seed: int | None
+    shuffle: bool
+    batch_size: int
+    shard: Any
+    directory: Any
+    filenames: list[str]
+    loader_choice: str
+    index_array: Any
+    batch_index: int
+    _filepaths: list[str]
+    _clock: EpochClock
+    _planner: EpochPlanner
+    _prefetcher: Prefetcher
+    _pinner: Pinner
+    _stats: StatsRecorder
+    _skips: SkipLog
+    _known_paths: dict[str, str]
+    _stream_position: int
+    _last_requested: int | None
+    _prepared: tuple[int, int, resume.Resumption | None] | None
+
+    def __len__(self) -> int:
+        return self._planner.batches()
+
+    if TYPE_CHECKING:  # defined by the other mixins and the subclasses
+
+        def _ensure_process(self) -> None: ...
+
+        def _path_of(self, filename: str) -> str: ...
+
+    @property
+    def num_batches(self) -> int:
+        """Batches in this pass: `len(self)`, or what an epoch resumed mid-way has left.
+
+        Keras reads it before training to count every epoch's steps, and at
+        the start of each pass for the indices it asks for. After
+        `load_state_dict` of a state saved mid-epoch it counts the rest of
+        that epoch; `BackupAndRestore` restores early (so that the batches
+        Keras reads before training come from the resumed epoch) and makes it
+        count the rest only when training begins, after Keras counted a whole
+        epoch's steps.
+        """
+        return self._clock.batches(len(self))
+
+    @property
+    def epoch(self) -> int:
+        """The epoch (from 0) whose batches `iterator[i]` returns now, in this thread."""
+        return self._clock.epoch + self._clock.held_here()
+
+    def _current_epoch(self) -> int:
+        return self._clock.epoch
+
+    def _reset_by_keras(self) -> bool:
+        """Whether Keras just reset it before a `fit`, `evaluate` or `predict` (`EpochClock`)."""
+        with self.lock:
+            return self._clock.held is not None or self._clock.cut_short
+
+    def _in_pass(self) -> bool:
+        """Whether Keras has begun a pass over it (`on_epoch_begin()`) that has not ended."""
+        with self.lock:
+            return self._clock.in_pass
+
+    @property
+    def _epoch(self) -> int:  # the epoch counter, held ends aside (read by the test suite)
+        return self._clock.epoch
+
+    @property
+    def stats(self) -> LoaderStats:
+        """Running statistics: images, bytes, requests, retries, cache hits, time waiting."""
+        return dataclasses.replace(
+            self._stats.snapshot(), skipped=len(self.skipped), loader=self.loader_choice
+        )
+
+    @property
+    def skipped(self) -> list[tuple[str, str]]:
+        """`(url, reason)` of every sample dropped with `on_error="skip"`, oldest first.
+
+        Includes those skipped in Keras's worker processes (`use_multiprocessing=True`).
+        """
+        return self._skips.records()
+
+    @property
+    def retries_made(self) -> int:
+        """Retries of transient failures so far, in this process."""
+        return self._stats.snapshot().retries
+
+    @property
+    def lakefs_pins(self) -> list[LakeFSPin]:
+        """The lakeFS commits this iterator reads, one per `(repository, ref)` requested."""
+        return list(self._pinner.pins.values())
+
+    def set_epoch(self, epoch: int) -> None:
+        """Makes `iterator[i]` and `next()` return the batches of `epoch` (from 0).
+
+        For `fit(initial_epoch=k)`: call `iterator.set_epoch(k)` first, and
+        epoch `k` reads epoch `k`'s order and augmentation (Keras does not tell
+        the iterator which epoch it trains).
+
+        Args:
+            epoch: The epoch to read next.
+        """
+        self._ensure_process()
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._go_to(epoch, 0, None)
+
+    def state_dict(self, epoch: int | None = None, batch: int | None = None) -> dict[str, Any]:
+        """Returns what `load_state_dict` needs to continue this iterator's stream exactly.
+
+        Args:
+            epoch: The epoch in progress; defaults to the iterator's own.
+            batch: Batches of that epoch already consumed; defaults to the
+                position of `next()`, or 0 when batches are read by index.
+
+        Returns:
+            A JSON-serialisable dict: format, epoch, batch, seed, shuffle,
+            batch size, shard, lakeFS pins and a fingerprint of the samples.
+        """
+        with self.lock:
+            length = max(len(self), 1)
+            if epoch is None:
+                epoch = self.epoch
+                if batch is None and self._stream_position:
+                    epoch, batch = divmod(self._stream_position, length)
+            return {
+                "format": resume.STATE_FORMAT,
+                "epoch": int(epoch),
+                "batch": int(batch or 0),
+                "seed": self.seed,
+                "shuffle": bool(self.shuffle),
+                "batch_size": int(self.batch_size),
+                "shard": [self.shard.index, self.shard.count],
+                "lakefs_pins": [dataclasses.asdict(pin) for pin in self.lakefs_pins],
+                "fingerprint": resume.fingerprint(self),
+                "directory": errors.redact(str(self.directory)),
+            }
+
+    def load_state_dict(self, state: dict[str, Any], fit_random_state: tuple | None = None) -> None:
+        """Continues the stream `state` was saved from: same data, epoch and position.
+
+        lakeFS refs are read at the commits of `state` even if a branch moved
+        since (a folder is listed again at that commit). A state saved
+        mid-epoch makes `num_batches` count the rest of that epoch at once;
+        to resume `fit` mid-epoch use `remote_keras.BackupAndRestore`, which
+        lets Keras count whole epochs first.
+
+        Args:
+            state: A dict from `state_dict()`.
+            fit_random_state: When `fit(shuffle=True)` drew the interrupted
+                epoch's batch order, Python's `random` state it drew from
+                (`random.getstate()`): the remaining batches are then returned
+                in the order `fit` asks for them once `random` is set to that
+                state again. By default, index `i` of the interrupted epoch
+                returns its `state["batch"] + i`-th batch.
+
+        Raises:
+            ValueError: The state was saved from different data (another file
+                list, seed, batch size or shard), naming what differs.
+        """
+        self._load_state(state, fit_random_state, counted=True)
+
+    def _load_state(self, state: dict[str, Any], fit_random_state: tuple | None, counted: bool):
+        """`load_state_dict`; `counted=False` leaves `num_batches` whole until `_count_resumed`."""
+        self._ensure_process()
+        self._repin([LakeFSPin(**pin) for pin in state.get("lakefs_pins", [])])
+        resume.check_compatible(self, state)
+        epoch, done = int(state["epoch"]), int(state["batch"])
+        shuffled = fit_random_state is not None
+        pending = fit_order.fit_resumption(epoch, done, len(self), shuffled, fit_random_state)
+        target = (epoch, done, pending if done else None)
+        self._prepared = None if counted else target
+        self._go_to(*target, counted=counted)
+
+    def _count_resumed(self) -> None:
+        """Makes `num_batches` count what the epoch restored by `_load_state` has left.
+
+        Moves back to that epoch if a pass ended it meanwhile (Keras's JAX
+        `fit` builds the model from one batch of a pass it then abandons).
+        """
+        prepared, self._prepared = self._prepared, None
+        if prepared is None:
+            return
+        epoch, _, pending = prepared
+        with self.lock:
+            if self._clock.epoch == epoch and self._clock.resume == pending:
+                self._clock.resume_counted = True
+                return
+        self._go_to(*prepared)
+
+    def _go_to(
+        self, epoch: int, done: int, pending: resume.Resumption | None, counted: bool = True
+    ) -> None:
+        with self.lock:
+            self._clock.go_to(epoch, pending, counted)
+            self._last_requested = None
+            self._prefetcher.clear()
+            self._stream_position = epoch * max(len(self), 1) + done
+            self.batch_index = done
+            self.index_array = self._planner.order(epoch)
+
+    def _repin(self, pins: list[LakeFSPin]) -> None:
+        """Reads at `pins`' commits where this iterator pinned the same refs elsewhere."""
+        moved = [
+            pin for pin in pins
+            if (found := self._pinner.pins.get((pin.repository, pin.ref))) is not None
+            and found.commit_id != pin.commit_id
+        ]  # fmt: skip
+        if not moved:
+            return
+        for pin in moved:
+            self._pinner.pins[(pin.repository, pin.ref)] = pin
+        with self.lock:
+            self._clock.kept.clear()  # read at the other commit
+            self._prefetcher.clear()
+        self._reread_at_pins()
+
+    def _reread_at_pins(self) -> None:
+        """Recomputes the paths read after `_pinner` changed (subclasses may list again)."""
+        self._known_paths = {}
+        self._filepaths = [self._path_of(name) for name in self.filenames]

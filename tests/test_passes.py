@@ -1,0 +1,99 @@
+"""Epoch boundaries from the calls Keras makes in public (`remote_keras.keras3.iterators.passes`).
+
+An `on_epoch_end()` after `on_epoch_begin()` ends the epoch; one outside a pass
+is held until the same thread reads a batch, and dropped by `on_epoch_begin()`
+(Keras's `EpochIterator.reset()`). Batches read outside a pass are handed out
+again, once, by the pass.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import remote_keras as rk
+from remote_keras.keras3.iterators.passes import KEPT_BATCHES, EpochClock
+from tests.helpers import assert_same_batch
+
+
+def _iterator(directory, df):
+    return rk.ImageDataGenerator().flow_from_dataframe(
+        df, directory, target_size=(4, 4), batch_size=4, seed=3
+    )
+
+
+def test_an_end_inside_a_pass_ends_the_epoch_and_one_outside_is_held():
+    clock = EpochClock()
+    assert clock.end(4) == 0 and clock.held_here() == 1  # held: no pass began
+    clock.begin()  # Keras begins its pass: the end was a reset
+    assert clock.held_here() == 0 and clock.epoch == 0
+    assert clock.end(4) == 1  # the end of the pass
+    assert not clock.cut_short  # (no batch handed out in this process: worker processes)
+
+
+def test_a_pass_that_handed_out_only_some_batches_is_cut_short():
+    # Keras's JAX `fit` builds the model from one batch of a pass it abandons.
+    clock = EpochClock()
+    clock.begin()
+    clock.handed = 1
+    assert clock.end(4) == 1 and clock.cut_short
+    clock.advance(1)
+    clock.begin()
+    clock.handed = 4
+    assert clock.end(4) == 1 and not clock.cut_short
+
+
+def test_a_held_end_is_not_applied_by_another_thread():
+    clock = EpochClock()
+    clock.end(4)
+    seen: list[int] = []
+    worker = threading.Thread(target=lambda: seen.append(clock.held_here()))
+    worker.start()
+    worker.join()
+    assert seen == [0] and clock.held_here() == 1
+
+
+def test_only_the_latest_batches_read_outside_a_pass_are_kept_and_a_pass_takes_them_once():
+    clock = EpochClock()
+    for position in range(KEPT_BATCHES + 1):
+        clock.keep((0, position), f"batch {position}")
+    assert sorted(clock.kept) == [(0, p) for p in range(1, KEPT_BATCHES + 1)]
+    assert clock.take((0, 1)) == "batch 1"  # outside a pass: kept
+    clock.begin()
+    assert clock.take((0, 1)) == "batch 1"
+    assert clock.take((0, 1)) is None  # handed out once
+    clock.keep((0, 0), "read inside the pass")
+    assert (0, 0) not in clock.kept
+
+
+def test_keras_reset_ends_no_epoch_and_the_spec_batches_are_not_read_twice(image_dir):
+    # What TensorFlow's `fit` does: read batches 0 and 1, `on_epoch_end()` (its reset), then
+    # `on_epoch_begin()` and the epoch's batches.
+    directory, df = image_dir
+    with _iterator(directory, df) as it, _iterator(directory, df) as reference:
+        expected = [reference[i] for i in range(len(reference))]
+        spec = [it[0], it[1]]
+        it.on_epoch_end()
+        it.on_epoch_begin()
+        got = [it[i] for i in range(len(it))]
+        assert got[0] is spec[0] and got[1] is spec[1]  # handed out again, not read again
+        for a, b in zip(expected, got):
+            assert_same_batch(a, b)
+        assert it.stats.images == it.n
+        it.on_epoch_end()  # the end of the pass
+        assert it.epoch == 1
+
+
+def test_a_loop_of_your_own_moves_to_the_next_epoch_at_its_next_read(image_dir):
+    directory, df = image_dir
+    with _iterator(directory, df) as it, _iterator(directory, df) as reference:
+        reference.set_epoch(1)
+        for i in range(len(it)):
+            it[i]
+        it.on_epoch_end()
+        assert it.epoch == 1  # counted in this thread already
+        assert_same_batch(it[0], reference[0])
+        it.on_epoch_end()
+        it.on_epoch_end()
+        reference.set_epoch(3)
+        assert_same_batch(it[1], reference[1])
+        assert it.state_dict()["epoch"] == 3
