@@ -170,3 +170,20 @@ def test_only_keras_src_imports_keras_private_modules():
             if any(name == "keras.src" or name.startswith("keras.src.") for name in names):
                 importers.setdefault(relative, []).append(node.lineno)
     assert set(importers) == {"remote_keras/keras3/keras_src.py"}, importers
+
+
+def test_modules_and_classes_stay_small():
+    too_big = []
+    for path in (ROOT / "remote_keras").rglob("*.py"):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative.startswith("remote_keras/testing/"):
+            continue
+        text = path.read_text()
+        if text.count("\n") > 400:
+            too_big.append(f"{relative}: {text.count(chr(10))} lines (at most 400)")
+        for node in ast.walk(ast.parse(text, relative)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                length = node.end_lineno - node.lineno + 1
+                if length > 250:
+                    too_big.append(f"{relative}: class {node.name} {length} lines (at most 250)")
+    assert not too_big, "\n".join(too_big)
