@@ -36,10 +36,10 @@ _MODULES = {
     "ImageDecodeError": "remote_keras.errors",
     "ImageLoadError": "remote_keras.errors",
     "InputStallCallback": "remote_keras.keras3.callbacks",
-    "Iterator": "keras.src.legacy.preprocessing.image",
+    "Iterator": "remote_keras.keras3.keras_src",
     "LoaderStats": "remote_keras.pipeline.stats",
     "MissingBackendError": "remote_keras.errors",
-    "NumpyArrayIterator": "keras.src.legacy.preprocessing.image",
+    "NumpyArrayIterator": "remote_keras.keras3.keras_src",
     "ObstoreLoader": "remote_keras.storage.loaders",
     "RetryPolicy": "remote_keras.storage.retry",
     "Shard": "remote_keras.pipeline.sharding",
@@ -53,8 +53,6 @@ _MODULES = {
 }
 
 if TYPE_CHECKING:
-    from keras.src.legacy.preprocessing.image import Iterator, NumpyArrayIterator
-
     from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
     from remote_keras.keras3.backup import BackupAndRestore
     from remote_keras.keras3.callbacks import (
@@ -64,6 +62,7 @@ if TYPE_CHECKING:
     )
     from remote_keras.keras3.generator import ImageDataGenerator
     from remote_keras.keras3.iterators import DataFrameIterator, DirectoryIterator
+    from remote_keras.keras3.keras_src import Iterator, NumpyArrayIterator
     from remote_keras.keras3.workers import WorkerDiedError
     from remote_keras.pipeline.decoding import decode_image
     from remote_keras.pipeline.sharding import Shard

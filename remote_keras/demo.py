@@ -43,9 +43,9 @@ def main(argv: list[str] | None = None) -> None:
 
     import keras
     import s3fs
-    from keras.src.legacy.preprocessing import image as keras_image
 
     from remote_keras import ImageDataGenerator
+    from remote_keras.keras3.keras_src import legacy_image
     from remote_keras.testing import ProxyProcess, S3Server
 
     target = (args.size, args.size)
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
             options["client_kwargs"]["endpoint_url"] = proxy.endpoint_url
             remote_df = df.assign(filename="s3://demo/train/" + df["filename"])
 
-            stock = keras_image.ImageDataGenerator(rescale=1 / 255).flow_from_dataframe(
+            stock = legacy_image.ImageDataGenerator(rescale=1 / 255).flow_from_dataframe(
                 df, local, target_size=target, shuffle=False
             )
             stock_rate = images_per_second(stock)

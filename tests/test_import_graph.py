@@ -11,6 +11,7 @@ the same check, and the package's layers, through import-linter
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from collections import deque
@@ -151,3 +152,38 @@ def test_decoding_imports_first_in_a_fresh_interpreter():
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_only_keras_src_imports_keras_private_modules():
+    package = ROOT / "remote_keras"
+    importers = {}
+    for path in package.rglob("*.py"):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative.startswith("remote_keras/testing/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), relative)):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            if any(name == "keras.src" or name.startswith("keras.src.") for name in names):
+                importers.setdefault(relative, []).append(node.lineno)
+    assert set(importers) == {"remote_keras/keras3/keras_src.py"}, importers
+
+
+def test_modules_and_classes_stay_small():
+    too_big = []
+    for path in (ROOT / "remote_keras").rglob("*.py"):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative.startswith("remote_keras/testing/"):
+            continue
+        text = path.read_text()
+        if text.count("\n") > 400:
+            too_big.append(f"{relative}: {text.count(chr(10))} lines (at most 400)")
+        for node in ast.walk(ast.parse(text, relative)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                length = node.end_lineno - node.lineno + 1
+                if length > 250:
+                    too_big.append(f"{relative}: class {node.name} {length} lines (at most 250)")
+    assert not too_big, "\n".join(too_big)

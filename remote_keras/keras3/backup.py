@@ -8,11 +8,11 @@ import warnings
 from typing import Any
 
 import keras
-from keras.src.utils import file_utils
 
 from remote_keras import errors
 from remote_keras.keras3 import backup_files, workers
 from remote_keras.keras3.fit_order import FitOrder, json_random_state, python_random_state, shuffled
+from remote_keras.keras3.keras_src import file_utils
 from remote_keras.keras3.resume import STATE_FORMAT, fingerprint
 
 # The Keras internals this callback relies on, all of Keras's own `BackupAndRestore`

@@ -5,10 +5,10 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from keras.src.legacy.preprocessing import image as keras_image
 from typing_extensions import Unpack
 
 from remote_keras.keras3.iterators import DataFrameIterator, DirectoryIterator
+from remote_keras.keras3.keras_src import legacy_image
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides, split
 
 _DEPRECATED_DATAFRAME_KWARGS = {
@@ -20,7 +20,7 @@ _DEPRECATED_DATAFRAME_KWARGS = {
 }
 
 
-class ImageDataGenerator(keras_image.ImageDataGenerator):
+class ImageDataGenerator(legacy_image.ImageDataGenerator):
     """Keras's `ImageDataGenerator` that reads images from local disk or object storage.
 
     Takes every argument of `keras.preprocessing.image.ImageDataGenerator`

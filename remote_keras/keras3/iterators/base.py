@@ -12,7 +12,6 @@ from typing import Any
 
 import keras
 import numpy as np
-from keras.src.legacy.preprocessing import image as keras_image
 
 from remote_keras import errors
 from remote_keras.keras3 import resume
@@ -20,6 +19,7 @@ from remote_keras.keras3.iterators.lifecycle import LifecycleMixin
 from remote_keras.keras3.iterators.passes import EpochClock
 from remote_keras.keras3.iterators.scheduling import SchedulingMixin
 from remote_keras.keras3.iterators.state import StateMixin
+from remote_keras.keras3.keras_src import legacy_image
 from remote_keras.keras3.tfdata import to_tf_dataset
 from remote_keras.pipeline import batches, sharding
 from remote_keras.pipeline.epochs import EpochPlanner
@@ -33,7 +33,7 @@ from remote_keras.storage.lakefs import Pinner
 from remote_keras.storage.loaders import choose_loader, make_loader
 
 
-class RemoteBatchMixin(StateMixin, SchedulingMixin, LifecycleMixin, keras_image.Iterator):
+class RemoteBatchMixin(StateMixin, SchedulingMixin, LifecycleMixin, legacy_image.Iterator):
     """Batch loading through a loader and thread pools, for file-based iterators.
 
     Mixed into `DataFrameIterator` and `DirectoryIterator` ahead of Keras's

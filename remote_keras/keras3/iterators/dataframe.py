@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import os
 
-from keras.src.legacy.preprocessing import image as keras_image
 from typing_extensions import Unpack
 
 from remote_keras import errors
 from remote_keras.keras3.iterators.base import RemoteBatchMixin
 from remote_keras.keras3.iterators.keras_pixels import KerasPixels
+from remote_keras.keras3.keras_src import legacy_image
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
 from remote_keras.storage import listing, locations, records, saving
 
 
-class DataFrameIterator(KerasPixels, RemoteBatchMixin, keras_image.DataFrameIterator):
+class DataFrameIterator(KerasPixels, RemoteBatchMixin, legacy_image.DataFrameIterator):
     """Iterator over images named in a pandas dataframe, local or remote.
 
     Takes every argument of Keras's `DataFrameIterator`, with the same

@@ -5,18 +5,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from keras.src import backend
-from keras.src.legacy.preprocessing import image as keras_image
-from keras.src.utils import io_utils
+import keras
 from typing_extensions import Unpack
 
 from remote_keras.keras3.iterators.base import RemoteBatchMixin
 from remote_keras.keras3.iterators.keras_pixels import KerasPixels
+from remote_keras.keras3.keras_src import legacy_image, print_msg
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
 from remote_keras.storage import listing, locations, saving
 
 
-class DirectoryIterator(KerasPixels, RemoteBatchMixin, keras_image.DirectoryIterator):
+class DirectoryIterator(KerasPixels, RemoteBatchMixin, legacy_image.DirectoryIterator):
     """Iterator over a folder of class sub-folders, local or remote.
 
     Takes every argument of Keras's `DirectoryIterator`, with the same
@@ -91,7 +90,7 @@ def init_from_listing(it: Any, directory: str, image_data_generator: Any, **kw: 
     See `listing.list_classes`; the `Found N images belonging to K classes.`
     message is stock.
     """
-    data_format = kw["data_format"] or backend.image_data_format()
+    data_format = kw["data_format"] or keras.config.image_data_format()
     it.set_processing_attrs(
         image_data_generator,
         kw["target_size"],
@@ -110,11 +109,11 @@ def init_from_listing(it: Any, directory: str, image_data_generator: Any, **kw: 
             f"Invalid class_mode: {kw['class_mode']}; expected one of: {it.allowed_class_modes}"
         )
     it.class_mode = kw["class_mode"]
-    it.dtype = kw["dtype"] or backend.floatx()
+    it.dtype = kw["dtype"] or keras.config.floatx()
     it.filenames, it.classes, it.class_indices = listing.list_classes(
         it, directory, kw["classes"], it.split
     )
     it.num_classes = len(kw["classes"] or it.class_indices)
     it.samples = len(it.filenames)
-    io_utils.print_msg(f"Found {it.samples} images belonging to {it.num_classes} classes.")
-    keras_image.Iterator.__init__(it, it.samples, kw["batch_size"], kw["shuffle"], kw["seed"])
+    print_msg(f"Found {it.samples} images belonging to {it.num_classes} classes.")
+    legacy_image.Iterator.__init__(it, it.samples, kw["batch_size"], kw["shuffle"], kw["seed"])

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import keras
 import numpy as np
-from keras import backend
-from keras.src.legacy.preprocessing import image as keras_image
 
+from remote_keras.keras3.keras_src import legacy_image
 from remote_keras.pipeline.batches import Pixels
 
 # What `ImageDataGenerator.get_random_transform` draws when the generator has no random
@@ -50,10 +50,10 @@ def keras_pixels(generator: Any) -> Pixels:
     Python number and whose `apply_transform` is Keras's own (which returns
     an identity transform's input unchanged).
     """
-    floatx = backend.floatx()
+    floatx = keras.config.floatx()
     if generator is None:
         return Pixels(floatx=floatx)
-    stock = keras_image.ImageDataGenerator
+    stock = legacy_image.ImageDataGenerator
     direct = (
         type(generator).standardize is stock.standardize
         and type(generator).apply_transform is stock.apply_transform
