@@ -165,10 +165,11 @@ def probe(spec: dict) -> dict:
     if kind == "paginator":
         return _paginator(spec, out)
     if kind.startswith("lakefs"):
+        import fsspec
         import lakefs
 
         url = spec["url"]
-        fs, _ = rk.storage.FileSystems(options).resolve(url)  # fsspec reuses this instance
+        fs, _ = fsspec.core.url_to_fs(url, **options)  # the instance remote_keras's reads reuse
         lakefs.Reference(LAKEFS_REPO, "main", client=fs.client).get_commit()
     else:
         url = f"s3://{BUCKET}/{spec['prefix']}"

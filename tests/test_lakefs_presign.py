@@ -276,11 +276,12 @@ def test_pickled_and_forked_iterators_read_presigned(presigning):
     options = presigning.storage_options
     gen = rk.ImageDataGenerator(storage_options=options, prefetch_batches=0)
     with gen.flow_from_directory("lakefs://images/main/train", **KW) as it:
-        expected = it[1]  # the parent has its addresses and connections already
+        it[0]  # the parent has its addresses and connections already
         reset(presigning)
         with multiprocessing.get_context("fork").Pool(1) as pool:
             got = pool.apply(_second_batch, (it,))
         lakefs_counts, data_counts = reset(presigning)
+        expected = it[1]
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_array_equal(got[1], expected[1])
     assert data_counts == {DATA_GET: KW["batch_size"]}
@@ -320,7 +321,9 @@ def test_a_lakefs_outage_does_not_stop_an_unshuffled_epoch(image_dir, behind_pro
             assert_same_batch(stock[i], it[i])
         assert api.is_down
         lakefs_counts, data_counts = reset(server)
-        assert not lakefs_counts and data_counts == {DATA_GET: it.samples}
+        # Batch 0, read before the outage outside a pass, is kept and handed out again.
+        read = it.samples - len(stock[0][1])
+        assert not lakefs_counts and data_counts == {DATA_GET: read}
 
 
 def test_renewal_during_a_lakefs_outage_fails_naming_the_server(behind_proxy):

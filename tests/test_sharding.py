@@ -215,8 +215,12 @@ class RecordingLoader(FsspecLoader):
     iterator = None
 
     def load_many(self, paths, executor=None):
-        reads.extend([(self.iterator._epoch, p) for p in paths])
+        reads.extend([(self.iterator.epoch, p) for p in paths])
         return super().load_many(paths, executor=executor)
+
+    def load_many_checked(self, paths, executor=None):  # what reads with verify_checksums=True
+        reads.extend([(self.iterator.epoch, p) for p in paths])
+        return super().load_many_checked(paths, executor=executor)
 """
 
 WORKER_SCRIPT = textwrap.dedent(

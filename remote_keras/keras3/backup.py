@@ -184,7 +184,11 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             "remote_keras": self._data_state(epoch, done, validated),
         }
         backup_files.save(
-            self._weights_path, self._training_metadata_path, self.model.save_weights, metadata
+            self._weights_path,
+            self._training_metadata_path,
+            self.model.save_weights,
+            metadata,
+            file_utils.File,
         )
 
     def _position(self) -> tuple[int, int, bool]:

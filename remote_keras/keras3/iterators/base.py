@@ -59,7 +59,9 @@ class RemoteBatchMixin(StateMixin, SchedulingMixin, LifecycleMixin, legacy_image
         cache = opts.cache_dir
         self.cache = DiskCache(cache, opts.cache_max_bytes) if cache is not None else None
         self._stats = StatsRecorder()
-        self._fetcher = Fetcher(self.loader, opts.retry_policy, self.cache, self._stats)
+        self._fetcher = Fetcher(
+            self.loader, opts.retry_policy, self.cache, self._stats, opts.verify_checksums
+        )
         self._pinner = Pinner(self.filesystems)
         self._known_paths: dict[str, str] = {}  # filename -> path, filled by validation
         self._skips = SkipLog()
@@ -211,6 +213,8 @@ class RemoteBatchMixin(StateMixin, SchedulingMixin, LifecycleMixin, legacy_image
             ended = self._clock.end(len(self))
             if ended:
                 self._end_epochs(ended)
+            elif self.options.on_error == "skip":  # held: a loop of one's own still hears now
+                self._skips.warn_summary()
 
     def _end_pass(self) -> None:
         """Ends the epoch whatever the passes (for `to_tf_dataset`, which Keras never begins)."""
