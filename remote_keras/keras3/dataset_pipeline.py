@@ -45,6 +45,7 @@ _SENTINEL = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
     "3a7e9b550000000a4944415478da63600000000200015de2b1a80000000049454e44ae426082"
 )
+_FATE = "are left out of the stream (later samples fill the batch) and listed in `dataset.skipped`"
 _KEPT_EPOCHS = 8  # epochs whose account is kept (passes abandoned half-way are dropped)
 
 
@@ -191,7 +192,8 @@ class EpochReader:
             )
         if self.files.options.on_error == "raise":
             raise cause
-        self.files.skips.add(shown, f"{type(cause).__name__}: {cause}", epoch=token)
+        reason = f"{type(cause).__name__}: {cause}"
+        self.files.skips.add(shown, reason, epoch=token, fate=_FATE)
 
 
 class _Account:
@@ -342,4 +344,7 @@ def build(
     batches = batches.filter(lambda first, *rest: tf.shape(first)[0] > 0)
     if batch_size is None:
         batches = batches.unbatch()
+    if reader.files.options.on_error == "raise":  # every sample arrives: Keras's cardinality
+        count = n if batch_size is None else -(-n // batch_size)
+        batches = batches.apply(tf.data.experimental.assert_cardinality(count))
     return batches.prefetch(tf.data.AUTOTUNE)
