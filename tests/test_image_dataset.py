@@ -16,6 +16,7 @@ import keras
 import numpy as np
 import pytest
 import s3fs
+from keras.src.utils import dataset_utils
 
 import remote_keras as rk
 from remote_keras.testing.data import smooth_image
@@ -97,7 +98,10 @@ def test_nested_hidden_and_linked_folders_follow_keras(tmp_path, image_dir):
     (root / "dog" / "notes.txt").write_text("not an image")
     (root / "top.png").write_bytes((root / "cat" / "cat_0.png").read_bytes())  # not in a class
     os.symlink(os.path.join(local, "bird"), root / "cat" / "linked")
-    for follow in (False, True):
+    # Keras 3.8 walks local folders with `tf.io.gfile.walk`, which enters linked folders
+    # even with follow_links=False; this follows `os.walk`, as Keras 3.15 does.
+    walks_with_os = hasattr(dataset_utils, "file_utils")
+    for follow in (False, True) if walks_with_os else (True,):
         stock, ours = both(str(root), str(root), seed=2, image_size=(5, 5), follow_links=follow)
         assert_same_dataset(stock, ours, passes=1)
 
@@ -173,7 +177,8 @@ def test_on_error_raise_names_the_file(damaged_s3, s3_options):
 
 
 def test_lakefs_equals_keras_and_records_the_commit(image_dir, tmp_path):
-    import lakefs
+    # The oldest-pair venv installs the `test` extra only (no lakeFS clients).
+    lakefs = pytest.importorskip("lakefs", reason="the lakefs extra is not installed")
     from lakefs.client import Client
     from lakefs_spec import LakeFSFileSystem
 
