@@ -29,6 +29,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import idfd_rows  # bench/, first on sys.path when this file runs as a script
 import numpy as np
 import pandas as pd
 import psutil
@@ -288,6 +289,7 @@ class Bench:
 
         self.record("tf.data image_dataset_from_directory, local", "local", run_epochs(
             tfdata, timed_iteration, n, args.repeats))  # fmt: skip
+        idfd_rows.scenarios(self, s3, proxies, local, n, TARGET, BATCH, run_epochs)
 
         def ours_local():
             return rk.ImageDataGenerator(rescale=1 / 255).flow_from_dataframe(df, local, **kw)
@@ -624,7 +626,7 @@ def table(results: dict) -> str:
 def targets(results: dict) -> list[str]:
     """The issue's targets, each with the measured ratio and whether it is met."""
     rate = {k: v["images_per_s"] for k, v in results.items() if "images_per_s" in v}
-    lines = []
+    lines = idfd_rows.targets(results)
     for delay in (0, 20):
         server = rate.get(f"remote_keras, lakefs server path +{delay} ms")
         for loader in ("fsspec", "obstore"):
