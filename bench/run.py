@@ -277,6 +277,9 @@ class Bench:
 
         self.record("stock Keras, local disk", "local", run_epochs(
             stock, timed_getitem, n, args.repeats))  # fmt: skip
+        if args.only_datasets:
+            idfd_rows.scenarios(self, s3, proxies, local, n, TARGET, BATCH, run_epochs)
+            return
 
         def tfdata():
             ds = keras.utils.image_dataset_from_directory(
@@ -646,7 +649,10 @@ def targets(results: dict) -> list[str]:
                     f"{loader} lakefs presigned +{delay} ms vs the fsspec server path: "
                     f"{presigned['images_per_s'] / server:.2f}x"
                 )
-    if "stock Keras, local disk" not in rate:
+    if (
+        "stock Keras, local disk" not in rate
+        or "tf.data image_dataset_from_directory, local" not in rate
+    ):
         return lines
     stock = rate["stock Keras, local disk"]
     tfdata = rate["tf.data image_dataset_from_directory, local"]
@@ -732,6 +738,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--only-lakefs", action="store_true", help="run only the lakeFS scenarios (and S3 direct)"
+    )
+    parser.add_argument(
+        "--only-datasets",
+        action="store_true",
+        help="run only the image_dataset_from_directory rows (and stock Keras, local disk)",
     )
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

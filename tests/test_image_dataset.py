@@ -273,3 +273,44 @@ def test_write_tree_copy_has_same_batches(tmp_path):
     write_tree(tmp_path, per_class=3)
     stock, ours = both(str(tmp_path), str(tmp_path), image_size=(3, 3), shuffle=False)
     assert_same_dataset(stock, ours, passes=1)
+
+
+JAX_SCRIPT = """
+import json, sys
+import keras, numpy as np
+import remote_keras as rk
+local, url, options = json.loads(sys.argv[1])
+kwargs = dict(image_size=(8, 8), batch_size=4, seed=0, label_mode="categorical")
+stock = keras.utils.image_dataset_from_directory(local, **kwargs)
+ours = rk.image_dataset_from_directory(url, storage_options=options, **kwargs)
+same = all(
+    np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    for a, b in zip(stock.as_numpy_iterator(), ours.as_numpy_iterator())
+)
+model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(3)])
+model.compile("adam", keras.losses.CategoricalCrossentropy(from_logits=True))
+history = model.fit(ours, epochs=2, verbose=0)
+print("REPORT " + json.dumps({"backend": keras.backend.backend(), "same": same,
+                              "loss": history.history["loss"]}))
+"""
+
+
+@pytest.mark.slow
+def test_jax_backend_reads_and_fits_from_s3(image_dir, s3_images, s3_options):
+    import subprocess
+    import sys
+
+    # A dev dependency; the oldest-pair venv installs the `test` extra only (no JAX).
+    pytest.importorskip("jax", reason="JAX is not installed")
+    local, _ = image_dir
+    url, _ = s3_images
+    result = subprocess.run(
+        [sys.executable, "-c", JAX_SCRIPT, json.dumps([local, url, s3_options])],
+        capture_output=True, text=True, timeout=300, check=False,
+        env=dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=os.getcwd()),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    line = next(x for x in result.stdout.splitlines() if x.startswith("REPORT "))
+    report = json.loads(line.split(" ", 1)[1])
+    assert report["backend"] == "jax" and report["same"] is True
+    assert len(report["loss"]) == 2 and np.isfinite(report["loss"]).all()
