@@ -29,6 +29,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import idfd_rows  # bench/, first on sys.path when this file runs as a script
 import numpy as np
 import pandas as pd
 import psutil
@@ -276,6 +277,9 @@ class Bench:
 
         self.record("stock Keras, local disk", "local", run_epochs(
             stock, timed_getitem, n, args.repeats))  # fmt: skip
+        if args.only_datasets:
+            idfd_rows.scenarios(self, s3, proxies, local, n, TARGET, BATCH, run_epochs)
+            return
 
         def tfdata():
             ds = keras.utils.image_dataset_from_directory(
@@ -288,6 +292,7 @@ class Bench:
 
         self.record("tf.data image_dataset_from_directory, local", "local", run_epochs(
             tfdata, timed_iteration, n, args.repeats))  # fmt: skip
+        idfd_rows.scenarios(self, s3, proxies, local, n, TARGET, BATCH, run_epochs)
 
         def ours_local():
             return rk.ImageDataGenerator(rescale=1 / 255).flow_from_dataframe(df, local, **kw)
@@ -624,7 +629,7 @@ def table(results: dict) -> str:
 def targets(results: dict) -> list[str]:
     """The issue's targets, each with the measured ratio and whether it is met."""
     rate = {k: v["images_per_s"] for k, v in results.items() if "images_per_s" in v}
-    lines = []
+    lines = idfd_rows.targets(results)
     for delay in (0, 20):
         server = rate.get(f"remote_keras, lakefs server path +{delay} ms")
         for loader in ("fsspec", "obstore"):
@@ -644,7 +649,10 @@ def targets(results: dict) -> list[str]:
                     f"{loader} lakefs presigned +{delay} ms vs the fsspec server path: "
                     f"{presigned['images_per_s'] / server:.2f}x"
                 )
-    if "stock Keras, local disk" not in rate:
+    if (
+        "stock Keras, local disk" not in rate
+        or "tf.data image_dataset_from_directory, local" not in rate
+    ):
         return lines
     stock = rate["stock Keras, local disk"]
     tfdata = rate["tf.data image_dataset_from_directory, local"]
@@ -730,6 +738,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--only-lakefs", action="store_true", help="run only the lakeFS scenarios (and S3 direct)"
+    )
+    parser.add_argument(
+        "--only-datasets",
+        action="store_true",
+        help="run only the image_dataset_from_directory rows (and stock Keras, local disk)",
     )
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -44,6 +44,7 @@ _MODULES = {
     "RetryPolicy": "remote_keras.storage.retry",
     "Shard": "remote_keras.pipeline.sharding",
     "decode_image": "remote_keras.pipeline.decoding",
+    "image_dataset_from_directory": "remote_keras.keras3.datasets",
     "pin_url": "remote_keras.storage.records",
     "pinned_urls": "remote_keras.storage.records",
     "read_lakefs_ref": "remote_keras.storage.records",
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
         EpochInputReport,
         InputStallCallback,
     )
+    from remote_keras.keras3.datasets import image_dataset_from_directory
     from remote_keras.keras3.generator import ImageDataGenerator
     from remote_keras.keras3.iterators import DataFrameIterator, DirectoryIterator
     from remote_keras.keras3.keras_src import Iterator, NumpyArrayIterator
@@ -104,6 +106,7 @@ __all__ = [
     "Shard",
     "WorkerDiedError",
     "decode_image",
+    "image_dataset_from_directory",
     "pin_url",
     "pinned_urls",
     "read_lakefs_ref",

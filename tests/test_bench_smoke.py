@@ -35,7 +35,8 @@ def test_smoke_benchmark_reports_every_scenario(smoke_report):
     results = report["results"]
     for name in ("stock Keras, local disk", "tf.data image_dataset_from_directory, local",
                  "remote_keras, local disk", "remote_keras default, s3 +20 ms",
-                 "fit: remote_keras default, s3 +20 ms"):  # fmt: skip
+                 "fit: remote_keras default, s3 +20 ms", "idfd: Keras's function, local disk",
+                 "idfd: remote_keras, local disk", "idfd: remote_keras, s3 +20 ms"):  # fmt: skip
         assert results[name]["images_per_s"] > 0, name
     for name, result in results.items():
         if result.get("group") == "s3":  # steady state: exactly one GET and no HEAD per image

@@ -55,7 +55,8 @@ def public_names() -> tuple[list[str], set[str]]:
             isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
         ):
             names = list(ast.literal_eval(node.value))
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "keras":
+        module = node.module if isinstance(node, ast.ImportFrom) else None
+        if module and (module.split(".")[0] == "keras" or module.endswith(".keras_src")):
             from_keras.update(alias.asname or alias.name for alias in node.names)
     assert names, "remote_keras/__init__.py defines no __all__"
     return names, from_keras

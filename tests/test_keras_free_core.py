@@ -29,6 +29,7 @@ CORE_MODULES = ("remote_keras", "remote_keras.errors", "remote_keras.causes", "r
 FRONT_WITHOUT_KERAS = (
     "remote_keras.keras3",
     "remote_keras.keras3.backup_files",
+    "remote_keras.keras3.dataset_index",
     "remote_keras.keras3.fit_order",
     "remote_keras.keras3.resume",
     "remote_keras.keras3.tfdata",

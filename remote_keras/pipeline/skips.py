@@ -43,8 +43,16 @@ class SkipLog:
         self.__dict__.update(state)
         self._init_local()
 
-    def add(self, url: str, reason: str, epoch: int = 0) -> None:
-        """Records one skipped sample; warns at the first skip of each `epoch` in this process."""
+    def add(self, url: str, reason: str, epoch: int = 0, fate: str | None = None) -> None:
+        """Records one skipped sample; warns at the first skip of each `epoch` in this process.
+
+        Args:
+            url: The sample's path or URL.
+            reason: Why it was skipped (named in the warning).
+            epoch: The epoch (or pass) it was skipped in.
+            fate: What the warning says becomes of skipped samples; by default
+                the iterators' (dropped from their batch, in `iterator.skipped`).
+        """
         entry = (time.time(), url, reason)
         with self._lock:
             first_in_epoch = epoch not in self._warned_epochs
@@ -56,9 +64,10 @@ class SkipLog:
                 with open(os.path.join(self._spool, f"{os.getpid()}.jsonl"), "a") as f:
                     f.write(json.dumps(entry) + "\n")
         if first_in_epoch:
+            fate = fate or "are dropped from their batch and listed in `iterator.skipped`"
             warnings.warn(
                 f"Skipped an unreadable sample (on_error='skip'): {reason}. Skipped samples "
-                "are dropped from their batch and listed in `iterator.skipped`.",
+                f"{fate}.",
                 stacklevel=4,
             )
 

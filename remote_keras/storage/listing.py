@@ -83,6 +83,20 @@ def list_classes(
     return filenames, np.asarray(labels, dtype="int32"), class_indices
 
 
+def tree(it: Any, url: str) -> list[str]:
+    """Every object below `url`, relative to it, from one listing (or the listing cache).
+
+    Folder markers (and, from backends other than S3 and lakeFS, folders)
+    end with `/`. Reads `it.options` and `it.filesystems`; `url` should be
+    pinned already (a lakeFS listing at a commit is cached on disk).
+
+    Raises:
+        FileNotFoundError: nothing exists under `url`.
+    """
+    with progress_bar(f"Listing {errors.redact(url)}", it.options.progress, "objects") as bar:
+        return _tree(it, url, bar)
+
+
 def _tree(it: Any, url: str, bar: Any) -> list[str]:
     """The objects below `url` (pinned), from another subset's listing, the disk or a listing.
 

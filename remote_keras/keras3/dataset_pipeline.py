@@ -1,0 +1,350 @@
+"""The `tf.data` pipeline of `image_dataset_from_directory`: fetched ahead, decoded by TensorFlow.
+
+Per pass over the dataset (an epoch):
+
+1. `range(n).shuffle(buffer, seed)` gives the epoch's order of samples, the
+   same op Keras's function shuffles with, so the same seed and the same number
+   of passes give the same order (`reshuffle_each_iteration`); the whole order
+   is taken as one tensor.
+2. A Python generator (`RemoteFiles.epoch`) fetches the files in that order in
+   chunks, `prefetch_batches` chunks ahead of the consumer, each chunk's files
+   concurrently through the package's `Fetcher` (retries, disk cache,
+   checksums). A failed read is handed on as empty bytes and remembered.
+3. TensorFlow decodes and resizes with Keras's ops (`decode_resize`) in a
+   parallel map; samples whose decode fails are dropped (`ignore_errors`).
+4. After batching, `RemoteFiles.observe` sees which positions of the order
+   arrived: a gap is a sample that failed, raised (naming its URL) with
+   `on_error="raise"`, recorded in `dataset.skipped` with `"skip"`. A
+   sentinel sample after the last one closes the epoch's account.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from remote_keras import errors
+from remote_keras.pipeline.fetching import Fetcher
+from remote_keras.pipeline.options import LoaderOptions
+from remote_keras.pipeline.skips import SkipLog
+from remote_keras.pipeline.stats import StatsRecorder
+from remote_keras.storage import locations, presign
+from remote_keras.storage.cache import DiskCache
+from remote_keras.storage.lakefs import Pinner
+from remote_keras.storage.loaders import choose_loader, make_loader
+
+# A 1x1 grayscale PNG: the sentinel after an epoch's last sample (decodes to any channels).
+_SENTINEL = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
+    "3a7e9b550000000a4944415478da63600000000200015de2b1a80000000049454e44ae426082"
+)
+_FATE = "are left out of the stream (later samples fill the batch) and listed in `dataset.skipped`"
+_KEPT_EPOCHS = 8  # epochs whose account is kept (passes abandoned half-way are dropped)
+
+
+class RemoteFiles:
+    """Reads one dataset's files: loader, fetcher, cache, lakeFS pins and the record of skips.
+
+    Also what the package's listing reads (`options`, `filesystems`).
+
+    Args:
+        directory: The folder as the user named it.
+        options: The package's options.
+    """
+
+    image_data_generator = None  # the listing shares nothing between subsets here
+
+    def __init__(self, directory: str, options: LoaderOptions) -> None:
+        self.directory = directory
+        self.options = options
+        self.filesystems = locations.FileSystems(options.storage_options)
+        self._pinner = Pinner(self.filesystems)
+        timeout_s = options.retry_policy.timeout_s
+        if options.loader == "auto":
+            self.loader, _ = choose_loader(directory, options.storage_options, timeout_s)
+        else:
+            self.loader = make_loader(options.loader, options.storage_options, timeout_s)
+        cache = options.cache_dir
+        self.cache = DiskCache(cache, options.cache_max_bytes) if cache is not None else None
+        self.stats = StatsRecorder()
+        self.fetcher = Fetcher(
+            self.loader, options.retry_policy, self.cache, self.stats, options.verify_checksums
+        )
+        self.skips = SkipLog()
+
+    def pin(self, url: str) -> str:
+        """`url` at its lakeFS commit (other URLs and paths unchanged)."""
+        return self._pinner.pin(url)
+
+    @property
+    def lakefs_pins(self) -> list[Any]:
+        """The lakeFS commits the files are read at."""
+        return list(self._pinner.pins.values())
+
+    def expect(self, urls: Sequence[str]) -> None:
+        """Names the URLs that will be read (lakeFS: their addresses are listed ahead)."""
+        presign.expect(self.loader, list(urls))
+
+
+class EpochReader:
+    """Fetches one subset's files per epoch and keeps the account of what arrived.
+
+    Args:
+        files: The shared `RemoteFiles`.
+        urls: The URLs (pinned) read, one per sample.
+        shown: The paths named in errors and `skipped` (as the user named them).
+        chunk: Samples fetched together.
+    """
+
+    def __init__(self, files: RemoteFiles, urls: list[str], shown: list[str], chunk: int) -> None:
+        self.files, self.urls, self.shown, self.chunk = files, urls, shown, chunk
+        self._tokens = itertools.count(1)
+        self._epochs: dict[int, _Account] = {}
+        self._lock = threading.Lock()
+
+    def epoch(self, order: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
+        """Yields `(token, positions, indices, bytes)` chunks of one epoch, then the sentinel."""
+        token = next(self._tokens)
+        account = _Account(order)
+        with self._lock:
+            self._epochs[token] = account
+            for old in sorted(self._epochs)[:-_KEPT_EPOCHS]:
+                del self._epochs[old]
+        opts = self.files.options
+        depth = max(1, opts.prefetch_batches)
+        chunks = ThreadPoolExecutor(depth, thread_name_prefix="remote_keras-dataset-chunk")
+        requests = ThreadPoolExecutor(opts.max_in_flight, "remote_keras-dataset-fetch")
+        pending: deque[Any] = deque()
+        starts = iter(range(0, len(order), self.chunk))
+        try:
+            while True:
+                for start in itertools.islice(starts, depth - len(pending)):
+                    paths = [self.urls[i] for i in order[start : start + self.chunk]]
+                    pending.append(
+                        (start, chunks.submit(self.files.fetcher.fetch, paths, requests))
+                    )
+                if not pending:
+                    break
+                start, future = pending.popleft()
+                yield self._chunk(token, account, start, future.result())
+            end = len(order)
+            yield (
+                np.array([token]),
+                np.array([end]),
+                np.array([-1]),
+                np.array([_SENTINEL], dtype=object),
+            )
+        finally:
+            chunks.shutdown(wait=False, cancel_futures=True)
+            requests.shutdown(wait=False, cancel_futures=True)
+
+    def _chunk(
+        self, token: int, account: _Account, start: int, results: list[Any]
+    ) -> tuple[np.ndarray, ...]:
+        data = np.empty(len(results), dtype=object)
+        for j, result in enumerate(results):
+            body = _body(self.urls[account.order[start + j]], result)
+            if isinstance(body, BaseException):
+                account.failures[start + j] = body
+                body = b""
+            data[j] = body
+        positions = np.arange(start, start + len(results))
+        return np.full(len(results), token), positions, account.order[positions], data
+
+    def observe(self, tokens: np.ndarray, positions: np.ndarray) -> np.bool_:
+        """Accounts for a batch's positions: gaps before them failed (raise, or skip).
+
+        Raises:
+            ImageLoadError: (or the read's own error) with `on_error="raise"`.
+            ImageDecodeError: TensorFlow could not decode a file, with `on_error="raise"`.
+        """
+        if not len(tokens):
+            return np.bool_(True)
+        token = int(tokens[0])
+        with self._lock:
+            account = self._epochs.get(token)
+        if account is None:
+            return np.bool_(True)
+        for position in positions.tolist():
+            while account.next < position:
+                self._failed(token, account, account.next)
+                account.next += 1
+            account.next = max(account.next, position + 1)
+        if account.next > len(account.order):  # the sentinel arrived: the epoch is complete
+            with self._lock:
+                self._epochs.pop(token, None)
+        return np.bool_(True)
+
+    def _failed(self, token: int, account: _Account, position: int) -> None:
+        index = int(account.order[position])
+        shown = errors.redact(self.shown[index])
+        cause = account.failures.pop(position, None)
+        if cause is None:
+            cause = errors.ImageDecodeError(
+                shown, f"{shown!r} is not an image TensorFlow can decode (BMP, GIF, JPEG or PNG)"
+            )
+        if self.files.options.on_error == "raise":
+            raise cause
+        reason = f"{type(cause).__name__}: {cause}"
+        self.files.skips.add(shown, reason, epoch=token, fate=_FATE)
+
+
+class _Account:
+    """One epoch's order, the reads that failed, and the next position expected."""
+
+    def __init__(self, order: np.ndarray) -> None:
+        self.order = order
+        self.failures: dict[int, BaseException] = {}
+        self.next = 0
+
+
+def _body(url: str, result: Any) -> bytes | BaseException:
+    """The encoded bytes a loader returned, or the failure (a read error, or not bytes)."""
+    if isinstance(result, BaseException):
+        return result
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return bytes(result)
+    read = getattr(result, "read", None)
+    if callable(read):
+        with errors.reading(url):
+            return bytes(read())
+    return errors.ImageLoadError(
+        url,
+        f"The loader returned a {type(result).__name__} for {errors.redact(url)!r}: "
+        "image_dataset_from_directory decodes with TensorFlow and needs the file's bytes "
+        "(or a binary file-like object)",
+    )
+
+
+class Skipped(Sequence):
+    """`(path, reason)` of every sample dropped with `on_error="skip"`, oldest first (live)."""
+
+    def __init__(self, skips: SkipLog) -> None:
+        self._skips = skips
+
+    def __len__(self) -> int:
+        return len(self._skips.records())
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._skips.records()[index]
+
+    def __repr__(self) -> str:
+        return repr(self._skips.records())
+
+
+def decode_resize(
+    data: tf.Tensor,
+    image_size: tuple[int, int],
+    channels: int,
+    interpolation: str,
+    data_format: str,
+    crop_to_aspect_ratio: bool,
+    pad_to_aspect_ratio: bool,
+) -> tf.Tensor:
+    """Decodes and resizes one image with the TensorFlow ops Keras's function uses.
+
+    Same arithmetic as Keras 3.8 to 3.15: `tf.io.decode_image` (first frame
+    of a GIF), then `tf.image.resize`; with `crop_to_aspect_ratio`, first
+    the central window of the target's aspect ratio (sizes computed in
+    `float32`, as Keras's `smart_resize` does in a graph); with
+    `pad_to_aspect_ratio`, `tf.image.resize_with_pad`. `"nearest"` keeps
+    the input dtype (`uint8`), as there.
+    """
+    height, width = image_size
+    image = tf.io.decode_image(data, channels=channels, expand_animations=False)
+    if crop_to_aspect_ratio:
+        shape = tf.shape(image)
+        in_h, in_w = shape[0], shape[1]
+        crop_h = tf.cast(tf.cast(in_w * height, "float32") / width, "int32")
+        crop_h = tf.maximum(tf.minimum(in_h, crop_h), 1)
+        crop_w = tf.cast(tf.cast(in_h * width, "float32") / height, "int32")
+        crop_w = tf.maximum(tf.minimum(in_w, crop_w), 1)
+        top = tf.cast(tf.cast(in_h - crop_h, "float32") / 2, "int32")
+        left = tf.cast(tf.cast(in_w - crop_w, "float32") / 2, "int32")
+        image = image[top : top + crop_h, left : left + crop_w, :]
+        image = tf.image.resize(image, image_size, method=interpolation)
+    elif pad_to_aspect_ratio:
+        image = tf.image.resize_with_pad(image, height, width, method=interpolation)
+    else:
+        image = tf.image.resize(image, image_size, method=interpolation)
+    if data_format == "channels_first":
+        image = tf.transpose(image, (2, 0, 1))
+        image.set_shape((channels, height, width))
+    else:
+        image.set_shape((height, width, channels))
+    return image
+
+
+def build(
+    reader: EpochReader,
+    labels: np.ndarray | None,
+    label_mode: str | None,
+    num_classes: int,
+    decode_args: tuple[Any, ...],
+    batch_size: int | None,
+    shuffle_buffer: int | None,
+    seed: int | None,
+) -> tf.data.Dataset:
+    """The dataset of one subset: ordered, fetched ahead, decoded, accounted for, batched.
+
+    Args:
+        reader: Fetches the subset's files.
+        labels: Class index (or given label) per sample, or `None`.
+        label_mode: `"int"`, `"categorical"`, `"binary"` or `None`.
+        num_classes: Classes, for `"categorical"`.
+        decode_args: `decode_resize`'s arguments after the bytes.
+        batch_size: Samples per batch; `None` for single samples.
+        shuffle_buffer: The shuffle buffer of each epoch, or `None` not to shuffle.
+        seed: The shuffle's seed.
+    """
+    n = len(reader.urls)
+    order = tf.data.Dataset.range(n)
+    if shuffle_buffer is not None:
+        order = order.shuffle(buffer_size=shuffle_buffer, seed=seed)
+    vector = tf.TensorSpec((None,), tf.int64)
+    spec = (vector, vector, vector, tf.TensorSpec((None,), tf.string))
+    samples = (
+        order.batch(n)
+        .flat_map(
+            lambda whole: tf.data.Dataset.from_generator(
+                reader.epoch, args=(whole,), output_signature=spec
+            )
+        )
+        .unbatch()
+    )
+    table = None if labels is None else tf.constant(labels)
+
+    def decode(token: Any, position: Any, index: Any, data: Any) -> tuple[Any, ...]:
+        image = decode_resize(data, *decode_args)
+        if table is None:
+            return token, position, index, image
+        label = tf.gather(table, tf.maximum(index, 0))
+        if label_mode == "binary":
+            label = tf.expand_dims(tf.cast(label, "float32"), axis=-1)
+        elif label_mode == "categorical":
+            label = tf.one_hot(label, num_classes)
+        return token, position, index, image, label
+
+    def account(token: Any, position: Any, index: Any, *values: Any) -> Any:
+        done = tf.numpy_function(reader.observe, [token, position], tf.bool, stateful=True)
+        with tf.control_dependencies([done]):
+            keep = tf.greater_equal(index, 0)  # drops the sentinel
+        kept = tuple(tf.boolean_mask(value, keep) for value in values)
+        return kept if len(kept) > 1 else kept[0]
+
+    decoded = samples.map(decode, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors()
+    batches = decoded.batch(batch_size or reader.chunk).map(account)
+    batches = batches.filter(lambda first, *rest: tf.shape(first)[0] > 0)
+    if batch_size is None:
+        batches = batches.unbatch()
+    if reader.files.options.on_error == "raise":  # every sample arrives: Keras's cardinality
+        count = n if batch_size is None else -(-n // batch_size)
+        batches = batches.apply(tf.data.experimental.assert_cardinality(count))
+    return batches.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,316 @@
+"""`rk.image_dataset_from_directory` against `keras.utils.image_dataset_from_directory`.
+
+Batches, file paths, class names, messages and per-epoch order must equal stock Keras's
+on the same local files; through S3 and lakeFS they must equal stock Keras on the local
+copy, with one GET per image per epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+
+import keras
+import numpy as np
+import pytest
+import s3fs
+from keras.src.utils import dataset_utils
+
+import remote_keras as rk
+from remote_keras.testing.data import smooth_image
+from tests.conftest import SETUP_CLIENT, write_tree
+from tests.helpers import assert_same_batch
+
+
+def epochs(dataset, count: int = 2) -> list[list]:
+    """`count` passes over `dataset`, each a list of numpy batches."""
+    return [list(dataset.as_numpy_iterator()) for _ in range(count)]
+
+
+def assert_same_dataset(stock, ours, passes: int = 2) -> None:
+    assert ours.file_paths == stock.file_paths
+    assert ours.class_names == stock.class_names
+    assert ours.element_spec == stock.element_spec
+    assert int(ours.cardinality()) == int(stock.cardinality())
+    for expected, got in zip(epochs(stock, passes), epochs(ours, passes)):
+        assert len(expected) == len(got)
+        for a, b in zip(expected, got):
+            assert_same_batch(a, b)
+
+
+def both(directory_keras, directory_ours, capsys=None, **kwargs):
+    stock = keras.utils.image_dataset_from_directory(directory_keras, **kwargs)
+    said = capsys.readouterr().out if capsys else None
+    ours = rk.image_dataset_from_directory(directory_ours, **kwargs)
+    if capsys:
+        assert capsys.readouterr().out == said
+    return stock, ours
+
+
+PARITY = [
+    dict(),
+    dict(label_mode="categorical", color_mode="grayscale"),
+    dict(label_mode=None, crop_to_aspect_ratio=True),
+    dict(pad_to_aspect_ratio=True, interpolation="nearest"),
+    dict(crop_to_aspect_ratio=True, data_format="channels_first", interpolation="bicubic"),
+    dict(batch_size=None),
+    dict(shuffle=False, interpolation="area"),
+    dict(labels=None),
+    dict(validation_split=0.3, subset="training"),
+    dict(validation_split=0.3, subset="validation"),
+    dict(validation_split=0.25, subset="both", label_mode="categorical"),
+    dict(class_names=["dog", "cat"], label_mode="binary"),
+]
+
+
+@pytest.mark.parametrize("kwargs", PARITY, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+def test_local_equals_keras_over_two_epochs(image_dir, capsys, kwargs):
+    local, _ = image_dir
+    kwargs = dict(dict(image_size=(9, 11), batch_size=5, seed=7), **kwargs)
+    stock, ours = both(local, local, capsys, **kwargs)
+    if kwargs.get("subset") == "both":
+        assert isinstance(ours, list) and len(ours) == 2
+        for s, o in zip(stock, ours):
+            assert_same_dataset(s, o)
+    else:
+        assert_same_dataset(stock, ours)
+
+
+def test_rgba_and_explicit_labels_equal_keras(tmp_path):
+    rng = np.random.default_rng(1)
+    for i in range(9):
+        smooth_image(rng, 10 + i, 13 + i, "RGBA").save(tmp_path / f"{i:02d}.png")
+    labels = [i % 3 for i in range(9)]
+    kwargs = dict(label_mode="categorical", color_mode="rgba", image_size=(6, 5), seed=3)
+    stock = keras.utils.image_dataset_from_directory(tmp_path, labels=list(labels), **kwargs)
+    ours = rk.image_dataset_from_directory(tmp_path, labels=labels, **kwargs)
+    assert_same_dataset(stock, ours)
+    assert labels == [i % 3 for i in range(9)]  # Keras shuffles the list given in place
+
+
+def test_nested_hidden_and_linked_folders_follow_keras(tmp_path, image_dir):
+    local, _ = image_dir
+    root = tmp_path / "tree"
+    shutil.copytree(local, root)
+    shutil.copytree(os.path.join(local, "cat"), root / ".hidden")  # not a class
+    (root / "dog" / "notes.txt").write_text("not an image")
+    (root / "top.png").write_bytes((root / "cat" / "cat_0.png").read_bytes())  # not in a class
+    os.symlink(os.path.join(local, "bird"), root / "cat" / "linked")
+    # Keras 3.8 walks local folders with `tf.io.gfile.walk`, which enters linked folders
+    # even with follow_links=False; this follows `os.walk`, as Keras 3.15 does.
+    walks_with_os = hasattr(dataset_utils, "file_utils")
+    for follow in (False, True) if walks_with_os else (True,):
+        stock, ours = both(str(root), str(root), seed=2, image_size=(5, 5), follow_links=follow)
+        assert_same_dataset(stock, ours, passes=1)
+
+
+def test_unshuffled_order_and_seeded_shuffle_without_seed(image_dir):
+    local, _ = image_dir
+    np.random.seed(11)
+    stock = keras.utils.image_dataset_from_directory(local, image_size=(4, 4))
+    np.random.seed(11)
+    ours = rk.image_dataset_from_directory(local, image_size=(4, 4))
+    assert ours.file_paths == stock.file_paths  # the same seed drawn from np.random
+
+
+def test_s3_equals_keras_on_local_copy_with_one_get_per_image(
+    image_dir, s3_images, s3_options, s3_proxy
+):
+    local, _ = image_dir
+    url, df = s3_images
+    kwargs = dict(image_size=(7, 9), batch_size=4, seed=5, validation_split=0.2, subset="training")
+    stock = keras.utils.image_dataset_from_directory(local, **kwargs)
+    s3_proxy.reset()
+    ours = rk.image_dataset_from_directory(url, storage_options=s3_options, **kwargs)
+    listed = s3_proxy.reset()
+    assert listed.get("GET", 0) == 0 and listed.get("HEAD", 0) == 0, listed
+    assert ours.file_paths == [url + "/" + os.path.relpath(p, local) for p in stock.file_paths]
+    assert ours.class_names == stock.class_names
+    for expected, got in zip(epochs(stock), epochs(ours)):
+        assert len(expected) == len(got)
+        for a, b in zip(expected, got):
+            assert_same_batch(a, b)
+    counts = s3_proxy.reset()
+    assert counts == {"GET": 2 * len(ours.file_paths)}, counts
+
+
+@pytest.fixture
+def damaged_s3(s3_server, image_dir):
+    """A copy of the image tree on S3 with one corrupt image and one that will go missing."""
+    local, _ = image_dir
+    fs = s3fs.S3FileSystem(**s3_server.storage_options, **SETUP_CLIENT)
+    prefix = f"data/damaged-{uuid.uuid4().hex[:8]}"
+    fs.put(local + "/", prefix + "/", recursive=True)
+    fs.pipe(f"{prefix}/dog/dog_3.jpg", b"\xff\xd8 this is not a JPEG")
+    return f"s3://{prefix}", fs
+
+
+def test_on_error_skip_drops_names_and_records(damaged_s3, s3_options):
+    url, fs = damaged_s3
+    ours = rk.image_dataset_from_directory(
+        url, storage_options=s3_options, image_size=(5, 5), batch_size=4, seed=1, on_error="skip"
+    )
+    fs.rm(f"{url[5:]}/bird/bird_1.jpg")  # listed, then gone: a failed read
+    with pytest.warns(UserWarning, match="on_error='skip'") as caught:
+        batches = list(ours.as_numpy_iterator())
+    assert sum(len(y) for _, y in batches) == len(ours.file_paths) - 2
+    assert [len(y) for _, y in batches[:-1]] == [4] * (len(batches) - 1)  # later samples fill
+    skipped = dict(ours.skipped)
+    assert set(skipped) == {f"{url}/dog/dog_3.jpg", f"{url}/bird/bird_1.jpg"}
+    assert "decode" in skipped[f"{url}/dog/dog_3.jpg"]
+    assert "FileNotFoundError" in skipped[f"{url}/bird/bird_1.jpg"]
+    assert any(url in str(w.message) and "dataset.skipped" in str(w.message) for w in caught)
+    assert int(ours.cardinality()) == -2  # unknown: skipped samples shorten the stream
+    list(ours.as_numpy_iterator())  # the second epoch skips them again
+    assert len(ours.skipped) == 4
+
+
+def test_on_error_raise_names_the_file(damaged_s3, s3_options):
+    url, _ = damaged_s3
+    ours = rk.image_dataset_from_directory(
+        url, storage_options=s3_options, image_size=(5, 5), shuffle=False
+    )
+    with pytest.raises(Exception, match=f"{url}/dog/dog_3.jpg"):
+        list(ours.as_numpy_iterator())
+
+
+def test_lakefs_equals_keras_and_records_the_commit(image_dir, tmp_path):
+    # The oldest-pair venv installs the `test` extra only (no lakeFS clients).
+    lakefs = pytest.importorskip("lakefs", reason="the lakefs extra is not installed")
+    from lakefs.client import Client
+    from lakefs_spec import LakeFSFileSystem
+
+    from remote_keras.testing.lakefs_server import lakefs_target
+
+    local, _ = image_dir
+    with lakefs_target() as target:
+        client = Client(**target.storage_options)
+        name = f"rk-{uuid.uuid4().hex[:8]}"
+        prefix = "local://" if target.is_stand_in else "s3://"
+        lakefs.Repository(name, client=client).create(storage_namespace=prefix + name)
+        fs = LakeFSFileSystem(**target.storage_options)
+        for folder, _, files in os.walk(local):
+            for file in files:
+                path = os.path.join(folder, file)
+                fs.put_file(path, f"lakefs://{name}/main/train/{os.path.relpath(path, local)}")
+        commit = lakefs.Branch(name, "main", client=client).commit("images").get_commit().id
+        kwargs = dict(image_size=(6, 6), batch_size=8, seed=4)
+        stock = keras.utils.image_dataset_from_directory(local, **kwargs)
+        ours = rk.image_dataset_from_directory(
+            f"lakefs://{name}/main/train", storage_options=target.storage_options, **kwargs
+        )
+        fs.rm(f"lakefs://{name}/main/train/cat/cat_0.png")  # staged: never seen at the commit
+        assert [p.commit_id for p in ours.lakefs_pins] == [commit]
+        for expected, got in zip(epochs(stock), epochs(ours)):
+            for a, b in zip(expected, got):
+                assert_same_batch(a, b)
+        record = rk.write_data_version(ours, tmp_path / "data_version.json")
+        (entry,) = record["data"]
+        assert entry["commit_id"] == commit and entry["paths"] == ["train/"]
+        assert json.loads((tmp_path / "data_version.json").read_text()) == record
+        assert rk.pinned_urls(record) == [f"lakefs://{name}/{commit}/train/"]
+
+
+def test_fit_a_tiny_model(image_dir):
+    local, _ = image_dir
+    train, val = rk.image_dataset_from_directory(
+        local, image_size=(8, 8), batch_size=4, seed=0, validation_split=0.2, subset="both"
+    )
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 3)),
+            keras.layers.Rescaling(1 / 255),
+            keras.layers.Flatten(),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+    )
+    model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    history = model.fit(train, validation_data=val, epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2 and np.isfinite(history.history["val_loss"]).all()
+
+
+def test_shards_are_disjoint_and_cover(image_dir):
+    local, _ = image_dir
+    kwargs = dict(image_size=(4, 4), seed=3, shard_remainder="drop")
+    parts = [
+        rk.image_dataset_from_directory(local, num_shards=2, shard_index=i, **kwargs)
+        for i in range(2)
+    ]
+    whole = rk.image_dataset_from_directory(local, **kwargs)
+    first, second = (set(p.file_paths) for p in parts)
+    assert not first & second
+    assert len(first) == len(second) == len(whole.file_paths) // 2
+    assert first | second <= set(whole.file_paths)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(follow_links=True), "follow_links"),
+        (dict(format="grain"), "format"),
+        (dict(label_mode="binary"), "exactly 2"),
+        (dict(use_multiprocessing=True), "use_multiprocessing"),
+        (dict(jpeg_draft=True), "jpeg_draft"),
+        (dict(validation_split=0.2, subset="training", seed=None), "seed"),
+        (dict(labels=[0, 1]), "labels"),
+        (dict(label_mode="sparse"), "label_mode"),
+    ],
+)
+def test_clear_errors(s3_images, s3_options, kwargs, match):
+    url, _ = s3_images
+    with pytest.raises(ValueError, match=match):
+        rk.image_dataset_from_directory(url, storage_options=s3_options, **kwargs)
+
+
+def test_missing_folder_names_it(s3_options):
+    with pytest.raises(FileNotFoundError, match="s3://data/no-such-folder"):
+        rk.image_dataset_from_directory("s3://data/no-such-folder", storage_options=s3_options)
+
+
+def test_write_tree_copy_has_same_batches(tmp_path):
+    write_tree(tmp_path, per_class=3)
+    stock, ours = both(str(tmp_path), str(tmp_path), image_size=(3, 3), shuffle=False)
+    assert_same_dataset(stock, ours, passes=1)
+
+
+JAX_SCRIPT = """
+import json, sys
+import keras, numpy as np
+import remote_keras as rk
+local, url, options = json.loads(sys.argv[1])
+kwargs = dict(image_size=(8, 8), batch_size=4, seed=0, label_mode="categorical")
+stock = keras.utils.image_dataset_from_directory(local, **kwargs)
+ours = rk.image_dataset_from_directory(url, storage_options=options, **kwargs)
+same = all(
+    np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    for a, b in zip(stock.as_numpy_iterator(), ours.as_numpy_iterator())
+)
+model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(3)])
+model.compile("adam", keras.losses.CategoricalCrossentropy(from_logits=True))
+history = model.fit(ours, epochs=2, verbose=0)
+print("REPORT " + json.dumps({"backend": keras.backend.backend(), "same": same,
+                              "loss": history.history["loss"]}))
+"""
+
+
+@pytest.mark.slow
+def test_jax_backend_reads_and_fits_from_s3(image_dir, s3_images, s3_options):
+    import subprocess
+    import sys
+
+    # A dev dependency; the oldest-pair venv installs the `test` extra only (no JAX).
+    pytest.importorskip("jax", reason="JAX is not installed")
+    local, _ = image_dir
+    url, _ = s3_images
+    result = subprocess.run(
+        [sys.executable, "-c", JAX_SCRIPT, json.dumps([local, url, s3_options])],
+        capture_output=True, text=True, timeout=300, check=False,
+        env=dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=os.getcwd()),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    line = next(x for x in result.stdout.splitlines() if x.startswith("REPORT "))
+    report = json.loads(line.split(" ", 1)[1])
+    assert report["backend"] == "jax" and report["same"] is True
+    assert len(report["loss"]) == 2 and np.isfinite(report["loss"]).all()
