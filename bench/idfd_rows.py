@@ -17,26 +17,16 @@ def ours_s3(delay: int) -> str:
     return f"idfd: remote_keras, s3 +{delay} ms"
 
 
-def scenarios(bench, s3, proxies, local: str, n: int, target, batch: int, run_epochs) -> None:
-    """Records the rows in `bench` (see `bench/run.py`'s `Bench`)."""
+def scenarios(
+    bench, s3, proxies, local: str, n: int, target, batch: int, run_epochs, passes
+) -> None:
+    """Records the rows in `bench` (see `bench/run.py`'s `Bench`); `passes` times one pass."""
     import keras
 
     import remote_keras as rk
 
     repeats = bench.args.repeats
     kwargs = dict(image_size=target, batch_size=batch, seed=0, verbose=False)
-
-    def passes(dataset) -> list[float]:
-        import time
-
-        waits, iterator = [], iter(dataset)
-        while True:
-            start = time.perf_counter()
-            try:
-                next(iterator)
-            except StopIteration:
-                return waits
-            waits.append(time.perf_counter() - start)
 
     print("image_dataset_from_directory (one pass, shuffled, bilinear):", flush=True)
     bench.record(KERAS_LOCAL, "idfd", run_epochs(

@@ -278,7 +278,9 @@ class Bench:
         self.record("stock Keras, local disk", "local", run_epochs(
             stock, timed_getitem, n, args.repeats))  # fmt: skip
         if args.only_datasets:
-            idfd_rows.scenarios(self, s3, proxies, local, n, TARGET, BATCH, run_epochs)
+            idfd_rows.scenarios(
+                self, s3, proxies, local, n, TARGET, BATCH, run_epochs, timed_iteration
+            )
             return
 
         def tfdata():
@@ -292,7 +294,7 @@ class Bench:
 
         self.record("tf.data image_dataset_from_directory, local", "local", run_epochs(
             tfdata, timed_iteration, n, args.repeats))  # fmt: skip
-        idfd_rows.scenarios(self, s3, proxies, local, n, TARGET, BATCH, run_epochs)
+        idfd_rows.scenarios(self, s3, proxies, local, n, TARGET, BATCH, run_epochs, timed_iteration)
 
         def ours_local():
             return rk.ImageDataGenerator(rescale=1 / 255).flow_from_dataframe(df, local, **kw)
