@@ -63,8 +63,9 @@ def test_closed_iterators_keep_no_connections(s3_server, s3_images, loader):
             _eventually(lambda: _established(port) <= 8)
             first = _established(port)
     # fsspec's clients are shared by every user of the same options (its instance cache):
-    # their pool stays, the same for one iterator as for twenty.
-    bound = first + 8
+    # their one pool stays, as big as the most requests ever in flight together (about 20
+    # here), not one pool per iterator (20 iterators leaking theirs hold hundreds).
+    bound = first + 8 if loader == "obstore" else max(first, 8) + 24
     assert _eventually(lambda: _established(port) <= bound), (first, _established(port))
 
 
@@ -75,6 +76,9 @@ def test_idle_iterators_release_threads_and_connections(s3_server, s3_images, lo
     url, df = s3_images
     port = s3_server.port
     threads_before = threading.active_count()
+    # Connections other tests' fsspec clients keep open to the same server (fsspec's shared
+    # instances) are not this test's.
+    already = _established(port)
     kept = list(_read_epochs(url, df, s3_server.storage_options, loader, ITERATORS))
     try:
         # Kept alive as `fit` and a notebook keep them, never closed: once idle they hold no
@@ -82,9 +86,12 @@ def test_idle_iterators_release_threads_and_connections(s3_server, s3_images, lo
         assert _eventually(lambda: threading.active_count() <= threads_before + 4), [
             t.name for t in threading.enumerate()
         ]
-        assert _eventually(lambda: _established(port) <= 80), _established(port)
+        assert _eventually(lambda: _established(port) <= already + 80), _established(port)
         if loader == "obstore":
-            assert _eventually(lambda: _established(port) <= 8), _established(port)
+            assert _eventually(lambda: _established(port) <= already + 8), (
+                already,
+                _established(port),
+            )
         assert all(it._pools.releases >= 1 for it in kept)
         batch = kept[-1][0]  # and they read again on demand
         assert batch[0].shape == (4, 8, 8, 3)
