@@ -92,6 +92,14 @@ class RemoteFiles:
         """Names the URLs that will be read (lakeFS: their addresses are listed ahead)."""
         presign.expect(self.loader, list(urls))
 
+    def rest(self) -> None:
+        """Stops lakeFS's background listing between passes (the next read restarts it).
+
+        TensorFlow keeps a dataset's generator, so nothing else would end the
+        listing thread of a dataset no longer read.
+        """
+        presign.close(self.loader)
+
 
 class EpochReader:
     """Fetches one subset's files per epoch and keeps the account of what arrived.
@@ -144,6 +152,7 @@ class EpochReader:
         finally:
             chunks.shutdown(wait=False, cancel_futures=True)
             requests.shutdown(wait=False, cancel_futures=True)
+            self.files.rest()
 
     def _chunk(
         self, token: int, account: _Account, start: int, results: list[Any]
