@@ -362,4 +362,21 @@ def build(
     if reader.files.options.on_error == "raise":  # every sample arrives: Keras's cardinality
         count = n if batch_size is None else -(-n // batch_size)
         batches = batches.apply(tf.data.experimental.assert_cardinality(count))
-    return batches.prefetch(tf.data.AUTOTUNE)
+    batches = batches.prefetch(tf.data.AUTOTUNE)
+
+    def skip_passes(count: int) -> None:
+        """Advances the shuffle by `count` passes without reading a file.
+
+        The shuffle's seed generator is shared by every pass of this dataset, so a
+        dataset made again with the same seed, then `skip_passes(k)`, yields as its
+        next pass the order pass `k + 1` of the first one had.
+
+        Args:
+            count: Passes already made (e.g. the epoch a resumed run starts at).
+        """
+        for _ in range(int(count)):
+            for _ in order.batch(max(n, 1)):
+                pass
+
+    batches.skip_passes = skip_passes
+    return batches
