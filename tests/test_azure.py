@@ -153,3 +153,22 @@ def test_obstore_settings_from_an_adlfs_connection_string():
     }
     with pytest.raises(ValueError, match="credential.*use loader='fsspec'"):
         translate_options("az", {"credential": object()})
+
+
+def test_image_dataset_from_directory_equals_keras_on_the_local_copy(
+    image_dir, azure_images, azure_options, azure_proxy
+):
+    import keras
+
+    local, df = image_dir
+    url, _ = azure_images
+    kwargs = dict(image_size=(7, 9), batch_size=5, seed=3)
+    stock = keras.utils.image_dataset_from_directory(local, **kwargs)
+    ours = rk.image_dataset_from_directory(url, storage_options=azure_options, **kwargs)
+    assert ours.file_paths == [f"{url}/{p[len(local) + 1 :]}" for p in stock.file_paths]
+    azure_proxy.reset()
+    expected, got = list(stock.as_numpy_iterator()), list(ours.as_numpy_iterator())
+    assert len(expected) == len(got)
+    for a, b in zip(expected, got):
+        assert_same_batch(a, b)
+    assert azure_proxy.reset() == {"GET": len(df)}  # one GET per image

@@ -275,3 +275,24 @@ def test_unwritable_cache_degrades_to_the_store(
     (message,) = _cache_warnings(caught)
     assert str(cache_dir) in message
     assert not _temporaries(tmp_path)
+
+
+def test_image_dataset_from_directory_second_pass_reads_the_disk_cache(
+    s3_images, s3_options, s3_proxy, tmp_path
+):
+    url, df = s3_images
+    kwargs = dict(image_size=(5, 7), batch_size=6, seed=4)
+    dataset = rk.image_dataset_from_directory(
+        url, storage_options=s3_options, cache_dir=str(tmp_path), **kwargs
+    )
+    s3_proxy.reset()
+    first = list(dataset.as_numpy_iterator())
+    assert s3_proxy.reset() == {"GET": len(df)}
+    second = list(dataset.as_numpy_iterator())
+    assert s3_proxy.reset() == {}  # every image from the disk cache
+    uncached = rk.image_dataset_from_directory(url, storage_options=s3_options, **kwargs)
+    for cached in (first, second):  # the same batches, epoch for epoch, as without a cache
+        fresh = list(uncached.as_numpy_iterator())
+        assert len(cached) == len(fresh)
+        for a, b in zip(cached, fresh):
+            assert_same_batch(a, b)

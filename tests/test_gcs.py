@@ -146,3 +146,22 @@ def test_obstore_settings_from_gcsfs_options(tmp_path):
     }
     with pytest.raises(ValueError, match="token.*use loader='fsspec'"):
         translate_options("gs", {"token": "browser"})
+
+
+def test_image_dataset_from_directory_equals_keras_on_the_local_copy(
+    image_dir, gcs_images, gcs_options, gcs_proxy
+):
+    import keras
+
+    local, df = image_dir
+    url, _ = gcs_images
+    kwargs = dict(image_size=(7, 9), batch_size=5, seed=3)
+    stock = keras.utils.image_dataset_from_directory(local, **kwargs)
+    ours = rk.image_dataset_from_directory(url, storage_options=gcs_options, **kwargs)
+    assert ours.file_paths == [f"{url}/{p[len(local) + 1 :]}" for p in stock.file_paths]
+    gcs_proxy.reset()
+    expected, got = list(stock.as_numpy_iterator()), list(ours.as_numpy_iterator())
+    assert len(expected) == len(got)
+    for a, b in zip(expected, got):
+        assert_same_batch(a, b)
+    assert gcs_proxy.reset() == {"GET": len(df)}  # one GET per image

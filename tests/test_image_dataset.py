@@ -314,3 +314,18 @@ def test_jax_backend_reads_and_fits_from_s3(image_dir, s3_images, s3_options):
     report = json.loads(line.split(" ", 1)[1])
     assert report["backend"] == "jax" and report["same"] is True
     assert len(report["loss"]) == 2 and np.isfinite(report["loss"]).all()
+
+
+def test_skip_passes_continues_the_stream_without_reading(s3_images, s3_options, s3_proxy):
+    url, _ = s3_images
+    kwargs = dict(storage_options=s3_options, image_size=(5, 5), batch_size=4, seed=9)
+    first = epochs(rk.image_dataset_from_directory(url, **kwargs), 3)
+    again = rk.image_dataset_from_directory(url, **kwargs)
+    s3_proxy.reset()
+    again.skip_passes(2)  # as a run resumed at epoch 2 would
+    assert s3_proxy.reset() == {}  # only the order is replayed
+    resumed = list(again.as_numpy_iterator())
+    assert len(resumed) == len(first[2])
+    for a, b in zip(first[2], resumed):
+        assert_same_batch(a, b)
+    assert any(not np.array_equal(a[1], b[1]) for a, b in zip(first[0], first[2]))

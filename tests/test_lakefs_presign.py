@@ -346,3 +346,23 @@ def test_renewal_during_a_lakefs_outage_fails_naming_the_server(behind_proxy):
     assert info.value.attempts > 1  # retried
     assert options["password"] not in message
     pickle.loads(pickle.dumps(info.value))
+
+
+def test_image_dataset_from_directory_reads_from_the_data_server(image_dir, presigning):
+    import keras
+
+    local, _ = image_dir
+    kwargs = dict(image_size=(6, 8), batch_size=4, seed=2)
+    stock = keras.utils.image_dataset_from_directory(local, **kwargs)
+    ours = rk.image_dataset_from_directory(
+        "lakefs://images/main/train", storage_options=presigning.storage_options, **kwargs
+    )
+    reset(presigning)
+    expected, got = list(stock.as_numpy_iterator()), list(ours.as_numpy_iterator())
+    assert len(expected) == len(got)
+    for a, b in zip(expected, got):
+        assert_same_batch(a, b)
+    lakefs_counts, data_counts = reset(presigning)
+    assert data_counts == {DATA_GET: len(ours.file_paths)}, data_counts
+    # lakeFS only lists (presigned, per folder) and serves its config: no object reads.
+    assert set(lakefs_counts) <= {LIST, CONFIG}, lakefs_counts

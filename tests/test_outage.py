@@ -465,3 +465,21 @@ def test_fit_shows_the_give_up_message_whatever_the_backend_wraps_it_in():
     message = str(caught.value)
     assert "Gave up reading 's3://bucket/a/040.png' after 1 attempt(s)" in message
     assert "reset by peer (injected)" in message
+
+
+@pytest.mark.slow
+def test_image_dataset_from_directory_rides_out_an_outage_on_s3(s3_data, s3_proxy_down):
+    url, _ = s3_data
+    proxy, options = s3_proxy_down
+    kwargs = dict(storage_options=options, image_size=(6, 6), batch_size=16, seed=5)
+    clean = list(rk.image_dataset_from_directory(url, **kwargs).as_numpy_iterator())
+    dataset = rk.image_dataset_from_directory(url, **kwargs)  # listed before the outage
+    proxy.outage(3.0)  # the first reads meet it
+    faulty = list(dataset.as_numpy_iterator())
+    ended = time.monotonic()
+    ((_, back),) = proxy.outages
+    assert back is not None and ended > back, "the pass ended before the outage did"
+    assert ended - back < RECOVERY_S, f"{ended - back:.1f} s to recover"
+    assert len(clean) == len(faulty) == len(NAMES) // 16
+    for a, b in zip(clean, faulty):
+        assert_same_batch(a, b)

@@ -125,7 +125,10 @@ def image_dataset_from_directory(
         A `tf.data.Dataset` of `images` or `(images, labels)` batches, with
         `class_names`, `file_paths`, `skipped`, `subset`, `directory` and
         `lakefs_pins` attributes (`write_data_version` and
-        `DataVersionCallback` accept it); a list of two with `subset="both"`.
+        `DataVersionCallback` accept it) and `skip_passes(count)`, which
+        replays the shuffle of `count` passes without reading (a dataset made
+        again with the same seed then continues the stream); a list of two
+        with `subset="both"`.
 
     Raises:
         ValueError: an argument Keras's function refuses, no images, or an
