@@ -47,8 +47,8 @@ demo: $(STAMP)
 	$(BIN)/python -m remote_keras.demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check remote_keras tests bench
-	$(BIN)/ruff format --check remote_keras tests bench
+	$(BIN)/ruff check remote_keras tests bench docs/hooks.py
+	$(BIN)/ruff format --check remote_keras tests bench docs/hooks.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -97,9 +97,21 @@ def test_every_public_name_is_documented(site):
     assert all(name in top_level for name in from_keras)  # Keras's own classes, named there
 
 
-def test_guide_pages_are_the_repository_files(site):
-    guide = text_of(site / "guide" / "index.html")
+def test_pages_show_the_repository_files(site):
+    home = text_of(site / "index.html")
     contributing = text_of(site / "CONTRIBUTING" / "index.html")
-    assert "The two commands" in guide
+    changelog = (site / "CHANGELOG" / "index.html").read_text()
+    assert "The two commands" in home and "missed targets" not in home  # the README's intro only
     assert "make test-fast" in contributing
-    assert "--8<--" not in guide + contributing  # snippets were expanded, not shown
+    assert "--8<--" not in home + contributing + changelog  # expanded, not shown
+    assert 'href="../guide/resume/"' in changelog  # the CHANGELOG's docs/ links, in the site
+
+
+def test_every_guide_page_and_notebook_is_in_the_site(site):
+    pages = sorted(p.stem for p in (ROOT / "docs" / "guide").glob("*.md"))
+    notebooks = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert pages and notebooks
+    for page in pages:
+        assert (site / "guide" / page / "index.html").is_file(), page
+    for notebook in notebooks:
+        assert (site / "notebooks" / notebook / "index.html").is_file(), notebook

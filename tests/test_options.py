@@ -1,4 +1,4 @@
-"""One options model: `LoaderOptions`, its typed overrides and the README's table agree."""
+"""One options model: `LoaderOptions`, its typed overrides and the guide's table agree."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import remote_keras as rk
 from remote_keras.pipeline.options import NAMES, LoaderOptions, LoaderOverrides
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+OPTIONS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "options.md"
 
 
 def test_overrides_and_options_have_the_same_names_and_types():
@@ -23,11 +23,11 @@ def test_overrides_and_options_have_the_same_names_and_types():
     assert overrides == options
 
 
-def test_every_option_is_documented_once_in_the_docstring_and_the_readme():
+def test_every_option_is_documented_once_in_the_docstring_and_the_guide():
     doc = LoaderOptions.__doc__ or ""
     for name in NAMES:
         assert re.search(rf"^\s+{name}:", doc, re.M), name
-    knobs = README.read_text().split("## Knobs", 1)[1].split("| argument |", 1)[1]
+    knobs = OPTIONS_PAGE.read_text().split("## Options", 1)[1].split("| argument |", 1)[1]
     table = knobs.split("\n\n", 1)[0]
     rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
     in_table = [name for row in rows for name in re.findall(r"`(\w+)`", row)]

@@ -1,9 +1,11 @@
-"""Every code block of README.md runs as written, against local servers, so the README cannot drift.
+"""Every code block of README.md and the guide runs as written, against local servers, so the
+docs cannot drift.
 
-The README is read top to bottom as a user would read it: every ```python block runs, in order, in
-one namespace (a later block uses what an earlier one defined, e.g. the first block's `model`),
-with a temporary folder as the working directory. Nothing in a block is rewritten before it runs;
-tracebacks point at README.md's own lines. Blocks fenced ```bash, ```diff or plain ``` (the layout
+The README and then the guide's pages (docs/guide/*.md, in the site's order) are read top to bottom
+as a user would read them: every ```python block runs, in order, in one namespace (a later block
+uses what an earlier one defined, e.g. the README's first `model`), with a temporary folder as the
+working directory. Nothing in a block is rewritten before it runs; tracebacks point at the file's
+own lines. Blocks fenced ```bash, ```diff or plain ``` (the layout
 tree) are not Python and are not run; a fence of any other language fails
 `test_every_fence_is_known`, so no example can slip past unrun.
 
@@ -62,7 +64,8 @@ from tests.conftest import _our_threads, write_tree
 
 pytestmark = pytest.mark.slow
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 NOT_PYTHON = {"bash", "diff", ""}  # fence languages that are not run
 
 # First line of a README block -> environment of the fresh process it runs in, after the
@@ -88,12 +91,25 @@ NOT_RUN = {
 }
 
 
+def documents() -> list[Path]:
+    """README.md, then every guide page: those in mkdocs.yml's nav in its order, then the rest."""
+    nav = re.findall(r"\bguide/([\w.-]+\.md)", (ROOT / "mkdocs.yml").read_text())
+    pages = sorted((ROOT / "docs" / "guide").glob("*.md"))
+    order = {name: i for i, name in enumerate(nav)}
+    return [README, *sorted(pages, key=lambda page: (order.get(page.name, len(order)), page.name))]
+
+
 @dataclasses.dataclass(frozen=True)
 class Block:
     id: str
     lang: str
-    line: int  # README line number of the block's first line of code
+    path: Path  # the file holding the block
+    line: int  # line number of the block's first line of code in that file
     code: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
 
     @property
     def first_line(self) -> str:
@@ -121,10 +137,11 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def readme_blocks() -> list[Block]:
-    """All fenced blocks of README.md; Python ones named `<section>-<n>` (n-th of the section)."""
-    lines = README.read_text(encoding="utf-8").splitlines()
+def doc_blocks(path: Path) -> list[Block]:
+    """All fenced blocks of a file; Python ones named `<file>-<section>-<n>` (n-th in section)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
     blocks, section, counts, i = [], "top", Counter(), 0
+    stem = _slug(path.stem)
     while i < len(lines):
         fence = re.match(r"^(\s*)```(\S*)\s*$", lines[i])  # indented too (inside a list item)
         heading = re.match(r"^#{1,6} (.+)$", lines[i])
@@ -134,20 +151,20 @@ def readme_blocks() -> list[Block]:
             indent, lang = fence.groups()
             closing = indent + "```"
             end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith(closing)), None)
-            assert end is not None, f"README.md:{i + 1}: fence never closed"
+            assert end is not None, f"{path.relative_to(ROOT)}:{i + 1}: fence never closed"
             code = textwrap.dedent("\n".join(lines[i + 1 : end])) + "\n"
             if lang == "python":
                 counts[section] += 1
-                name = f"{section}-{counts[section]}"
+                name = f"{stem}-{section}-{counts[section]}"
             else:
-                name = f"{section}-{lang or 'text'}@{i + 1}"
-            blocks.append(Block(name, lang, i + 2, code))
+                name = f"{stem}-{section}-{lang or 'text'}@{i + 1}"
+            blocks.append(Block(name, lang, path, i + 2, code))
             i = end
         i += 1
     return blocks
 
 
-BLOCKS = readme_blocks()
+BLOCKS = [block for path in documents() for block in doc_blocks(path)]
 PYTHON_BLOCKS = [b for b in BLOCKS if b.lang == "python"]
 
 _FIELD = re.compile(r"(?:^|,)\s*(\w+)=")
@@ -160,7 +177,7 @@ def repr_shape(text: str) -> tuple[str, list[str]] | None:
 
 
 class ReadmeSession:
-    """Runs README blocks in order in one namespace, recording each block's outcome."""
+    """Runs the docs' blocks in order in one namespace, recording each block's outcome."""
 
     def __init__(self) -> None:
         self.namespace: dict = {"__name__": "__readme__"}
@@ -181,8 +198,8 @@ class ReadmeSession:
             elif block.interactive:
                 self._run_interactive(block)
             else:
-                source = "\n" * (block.line - 1) + block.code  # tracebacks show README lines
-                exec(compile(source, str(README), "exec"), self.namespace)
+                source = "\n" * (block.line - 1) + block.code  # tracebacks show the file's lines
+                exec(compile(source, str(block.path), "exec"), self.namespace)
         except BaseException as exc:
             self.outcome[block.id] = exc
             raise
@@ -201,16 +218,17 @@ class ReadmeSession:
         for number, statement, expected in chunks:
             source = "\n" * (number - 1) + statement
             try:
-                code = compile(source, str(README), "eval")
+                code = compile(source, str(block.path), "eval")
             except SyntaxError:
-                exec(compile(source, str(README), "exec"), self.namespace)
+                exec(compile(source, str(block.path), "exec"), self.namespace)
                 continue
             shown = " ".join(line.strip() for line in expected)
             wanted = repr_shape(shown)
             if wanted is not None:
                 actual = repr(eval(code, self.namespace))
                 assert repr_shape(actual) == wanted, (
-                    f"README.md:{number}: `{statement}` shows\n  {shown}\nbut is now\n  {actual}"
+                    f"{block.path.relative_to(ROOT)}:{number}: `{statement}` shows\n  {shown}\n"
+                    f"but is now\n  {actual}"
                 )
             else:
                 eval(code, self.namespace)
@@ -230,13 +248,13 @@ class ReadmeSession:
                 value.close()
 
 
-# Runs README blocks, given as JSON `[[line, code], ...]`, in one namespace.
+# Runs blocks, given as JSON `[[path, line, code], ...]`, in one namespace.
 _RUNNER = """
 import json, sys
-readme, blocks = sys.argv[1], json.loads(sys.argv[2])
+blocks = json.loads(sys.argv[1])
 namespace = {"__name__": "__readme__"}
-for line, code in blocks:
-    exec(compile("\\n" * (line - 1) + code, readme, "exec"), namespace)
+for path, line, code in blocks:
+    exec(compile("\\n" * (line - 1) + code, path, "exec"), namespace)
 """
 
 
@@ -246,8 +264,7 @@ def run_in_own_process(blocks: list[Block], env: dict[str, str]) -> None:
         sys.executable,
         "-c",
         _RUNNER,
-        str(README),
-        json.dumps([[b.line, b.code] for b in blocks]),
+        json.dumps([[str(b.path), b.line, b.code] for b in blocks]),
     ]
     done = subprocess.run(
         argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=300, check=False
@@ -353,7 +370,7 @@ def test_repr_shape():
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[b.id for b in PYTHON_BLOCKS])
 def test_readme_block_runs(session, block):
     if block.not_run_reason is not None:
-        pytest.skip(f"README.md:{block.line}: not run: {block.not_run_reason}")
+        pytest.skip(f"{block.where}: not run: {block.not_run_reason}")
     before = PYTHON_BLOCKS[: PYTHON_BLOCKS.index(block)]
     try:
         session.run_through(block)
@@ -361,6 +378,6 @@ def test_readme_block_runs(session, block):
         failed = [b.id for b in before if session.outcome.get(b.id) is not None]
         if failed:
             raise AssertionError(
-                f"README.md:{block.line} ({block.id}) failed; earlier blocks failed too: {failed}"
+                f"{block.where} ({block.id}) failed; earlier blocks failed too: {failed}"
             ) from exc
         raise
