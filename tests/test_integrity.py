@@ -296,6 +296,42 @@ def test_local_files_count_neither(image_dir):
     assert stats.images == len(df) and (stats.verified, stats.unverified) == (0, 0)
 
 
+class CountingFsspecLoader(rk.FsspecLoader):
+    """A user's subclass that overrides only `load_many`, as the loaders' docs invite."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.calls = 0
+
+    def load_many(self, paths, executor=None):
+        self.calls += 1
+        return super().load_many(paths, executor=executor)
+
+
+def test_a_subclass_overriding_only_load_many_is_called_and_counted_unverified(jpegs, s3_options):
+    url, df, _ = jpegs
+    loader = CountingFsspecLoader(storage_options=s3_options)
+    gen = rk.ImageDataGenerator(loader=loader)  # verify_checksums=True, the default
+    with gen.flow_from_dataframe(df, url, **KW) as it:
+        [it[i] for i in range(len(it))]
+        stats = it.stats
+    assert loader.calls == len(it)  # its override read every batch, not the inherited check
+    assert (stats.verified, stats.unverified) == (0, len(df))
+
+
+def test_offers_checked_follows_the_most_derived_override():
+    from remote_keras.storage.loaders.protocol import offers_checked
+
+    class Checked(rk.FsspecLoader):
+        def load_many_checked(self, paths, executor=None):
+            return super().load_many_checked(paths, executor)
+
+    assert offers_checked(rk.FsspecLoader(), "load_many", "load_many_checked")
+    assert not offers_checked(CountingFsspecLoader(), "load_many", "load_many_checked")
+    assert offers_checked(Checked(), "load_many", "load_many_checked")
+    assert offers_checked(rk.FsspecLoader(), "__call__", "read_checked")
+
+
 # --------------------------------------------------------------------------- HTTP, lakeFS
 
 

@@ -22,6 +22,7 @@ from remote_keras.storage import integrity, locations
 from remote_keras.storage.cache import DiskCache
 from remote_keras.storage.loaders import BatchLoader, CheckedBatchLoader, CheckedLoader, Loader
 from remote_keras.storage.loaders.checked_reads import Fetched
+from remote_keras.storage.loaders.protocol import offers_checked
 from remote_keras.storage.retry import RetryPolicy, fetch_with_retries
 
 _BYTES = (bytes, bytearray, memoryview)
@@ -104,7 +105,11 @@ class Fetcher:
         loader = self.loader
         checked = [False] * len(paths)  # bodies that matched their store checksum
         if isinstance(loader, BatchLoader):
-            if self.verify_checksums and isinstance(loader, CheckedBatchLoader):
+            if (
+                self.verify_checksums
+                and isinstance(loader, CheckedBatchLoader)
+                and offers_checked(loader, "load_many", "load_many_checked")
+            ):
                 fetched = loader.load_many_checked(paths, executor=executor)
                 results = [
                     self._checked(p, f, checked, i) for i, (p, f) in enumerate(zip(paths, fetched))
@@ -114,7 +119,9 @@ class Fetcher:
             return self._counted(paths, results, checked)
         read = (
             loader.read_checked
-            if self.verify_checksums and isinstance(loader, CheckedLoader)
+            if self.verify_checksums
+            and isinstance(loader, CheckedLoader)
+            and offers_checked(loader, "__call__", "read_checked")
             else loader
         )
         started: list[float | None] = [None] * len(paths)

@@ -55,3 +55,28 @@ class CheckedBatchLoader(Protocol):
     def load_many_checked(
         self, paths: Sequence[str], executor: Executor | None = None
     ) -> list[Any]: ...
+
+
+def offers_checked(loader: Any, plain: str, checked: str) -> bool:
+    """Whether `loader.<checked>` reads as its `loader.<plain>` does.
+
+    A subclass of a built-in loader that overrides only `load_many` (or
+    `__call__`) inherits the parent's checked method, which would bypass the
+    override: its reads then go through the plain method and count as
+    unverified.
+
+    Args:
+        loader: The loader.
+        plain: `"load_many"` or `"__call__"`.
+        checked: `"load_many_checked"` or `"read_checked"`.
+
+    Returns:
+        True when the class that defines the checked method is the one that
+        defines the plain method, or a subclass of it.
+    """
+    mro = type(loader).__mro__
+    plain_owner = next((c for c in mro if plain in vars(c)), None)
+    checked_owner = next((c for c in mro if checked in vars(c)), None)
+    if plain_owner is None or checked_owner is None:
+        return checked_owner is not None
+    return issubclass(checked_owner, plain_owner)
