@@ -41,9 +41,11 @@ from remote_keras.storage.lakefs import Pinner
 from remote_keras.storage.loaders import choose_loader, make_loader
 
 # A 1x1 grayscale PNG: the sentinel after an epoch's last sample (decodes to any channels).
+# It must decode: `ignore_errors` would drop it, and the failures after the last sample that
+# arrived would go unaccounted (tests/test_image_dataset.py checks a failure in last place).
 _SENTINEL = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
-    "3a7e9b550000000a4944415478da63600000000200015de2b1a80000000049454e44ae426082"
+    "3a7e9b550000000a4944415408d76360000000020001e221bc330000000049454e44ae426082"
 )
 _FATE = "are left out of the stream (later samples fill the batch) and listed in `dataset.skipped`"
 _KEPT_EPOCHS = 8  # epochs whose account is kept (passes abandoned half-way are dropped)
