@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from remote_keras import errors
+from remote_keras.keras3 import dataset_resume
 from remote_keras.pipeline.fetching import Fetcher
 from remote_keras.pipeline.options import LoaderOptions
 from remote_keras.pipeline.skips import SkipLog
@@ -118,10 +119,12 @@ class EpochReader:
         self._tokens = itertools.count(1)
         self._epochs: dict[int, _Account] = {}
         self._lock = threading.Lock()
+        self.passes = dataset_resume.Passes()
 
     def epoch(self, order: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
         """Yields `(token, positions, indices, bytes)` chunks of one epoch, then the sentinel."""
         token = next(self._tokens)
+        self.passes.read()
         account = _Account(order)
         with self._lock:
             self._epochs[token] = account
@@ -366,19 +369,5 @@ def build(
         batches = batches.apply(tf.data.experimental.assert_cardinality(count))
     batches = batches.prefetch(tf.data.AUTOTUNE)
 
-    def skip_passes(count: int) -> None:
-        """Advances the shuffle by `count` passes without reading a file.
-
-        The shuffle's seed generator is shared by every pass of this dataset, so a
-        dataset made again with the same seed, then `skip_passes(k)`, yields as its
-        next pass the order pass `k + 1` of the first one had.
-
-        Args:
-            count: Passes already made (e.g. the epoch a resumed run starts at).
-        """
-        for _ in range(int(count)):
-            for _ in order.batch(max(n, 1)):
-                pass
-
-    batches.skip_passes = skip_passes
+    dataset_resume.attach(batches, order, n, reader.passes, seed)
     return batches
