@@ -80,14 +80,17 @@ def attach(dataset: Any, order: Any, size: int, passes: Passes, seed: int | None
     """
 
     def skip_passes(count: int) -> None:
-        """Advances the shuffle by `count` passes without reading a file.
+        """Advances the shuffle by `count` draws without reading a file.
 
-        The shuffle's seed generator is shared by every pass of this dataset, so a
-        dataset made again with the same seed, then `skip_passes(k)`, yields as its
-        next pass the order pass `k + 1` of the first one had.
+        The shuffle's seed generator is shared by every iterator made over this
+        dataset, so a dataset made again with the same seed, then `skip_passes(k)`,
+        yields as its next pass the order the first one's iterator `k + 1` had.
+        Keras's `fit` makes more iterators than it reads (one at each epoch's end
+        when the number of batches is known: epoch `e` is then iterator `2e + 1`);
+        `rk.BackupAndRestore` counts them for you.
 
         Args:
-            count: Passes already made (e.g. the epoch a resumed run starts at).
+            count: Iterators made over the first dataset before the pass wanted.
         """
         for _ in range(int(count)):
             for _ in order.batch(max(size, 1)):
