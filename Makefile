@@ -18,7 +18,8 @@ STAMP := $(VENV)/.installed
 # Run on the oldest pair too (the two-JAX-process test skips there, saying why).
 OLDEST_TESTS := tests/test_api.py tests/test_parity.py tests/test_concurrency.py \
 	tests/test_keras_preprocessing_suite.py tests/test_sharding.py \
-	tests/test_sharding_versions.py tests/test_resume.py
+	tests/test_sharding_versions.py tests/test_resume.py tests/test_image_dataset.py \
+	tests/test_image_dataset_resume.py
 
 .PHONY: install demo test test-fast test-oldest lint docs bench bench-scale clean azurite
 

@@ -1,4 +1,8 @@
-"""`BackupAndRestore`: Keras's backups, with the iterators' state, for an exact resume."""
+"""`BackupAndRestore`: Keras's backups, with the iterators' state, for an exact resume.
+
+Datasets from `rk.image_dataset_from_directory` are continued at epoch boundaries
+(each resumed epoch in the uninterrupted run's order): `dataset_resume`.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from typing import Any
 import keras
 
 from remote_keras import errors
-from remote_keras.keras3 import backup_files, workers
+from remote_keras.keras3 import backup_files, dataset_resume, workers
 from remote_keras.keras3.fit_order import FitOrder, json_random_state, python_random_state, shuffled
 from remote_keras.keras3.keras_src import file_utils
 from remote_keras.keras3.resume import STATE_FORMAT, fingerprint
@@ -98,8 +102,9 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._set_random_at: int | None = None
         self._in_epoch = False
         self._validated: set[int] = set()  # epochs `fit` validated after, in this run
+        self._passes: dict[str, Any] = {"train": [], "epoch": []}  # datasets' counts of passes
         backup_files.repair(self._weights_path, self._training_metadata_path)
-        self._saved = self._saved_state()
+        self._saved = _saved_state(self._training_metadata_path)
         self._find_saved()
 
     # ---------------------------------------------------------------- Keras's hooks
@@ -114,8 +119,10 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             if train is not None:
                 train._count_resumed()  # Keras has counted whole epochs' steps by now
             random.setstate(python_random_state(saved["python_random"]))  # fit draws from it
+            dataset_resume.restore(saved.get("datasets", []))
         elif self._iterators["train"] is None:
             self._iterators["train"] = _single(_reset_by_keras(self._iterators))
+        self._passes["train"] = dataset_resume.counts()
         train = self._iterators["train"]
         steps = self.params.get("steps") if self.params else None
         if train is not None and steps not in (None, len(train)) and self.save_freq != "epoch":
@@ -136,6 +143,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         if epoch != self._epoch:
             self._offset = 0
         self._epoch, self._at_epoch_end, self._in_epoch = epoch, False, True
+        self._passes["epoch"] = dataset_resume.counts()
         super().on_epoch_begin(epoch, logs)
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
@@ -244,6 +252,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             "python_random": json_random_state(self._order.state(epoch, self._batches())),
             "train": None if train is None else train.state_dict(epoch=epoch, batch=done),
             "validation": validation_state,
+            "datasets": _datasets_state(self._passes, mid_epoch=epoch == self._epoch),
         }
 
     def _validates(self, epoch: int) -> bool:
@@ -255,12 +264,6 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         if not self._validated:
             return True
         return (epoch + 1) % (min(self._validated) + 1) == 0
-
-    def _saved_state(self) -> dict[str, Any] | None:
-        if not file_utils.exists(self._training_metadata_path):
-            return None
-        with file_utils.File(self._training_metadata_path, "r") as f:
-            return json.loads(f.read()).get("remote_keras")
 
     def _find_saved(self) -> None:
         """Restores the backed-up iterators found (given, or open and reading the same data)."""
@@ -290,6 +293,18 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._epoch, self._offset, self._done = epoch, done, done
         self._last_batch_seen = done - 1 if done else 0  # Keras counts batches from here
         self._set_random_at = epoch + 1 if done and saved["fit_shuffle"] else None
+
+
+def _datasets_state(passes: dict[str, Any], mid_epoch: bool) -> list[dict[str, Any]]:
+    """The datasets' draws to restore; a backup mid-epoch reads that epoch again, from its start."""
+    return dataset_resume.state(passes["train"], passes["epoch"] if mid_epoch else None)
+
+
+def _saved_state(path: str) -> dict[str, Any] | None:
+    if not file_utils.exists(path):
+        return None
+    with file_utils.File(path, "r") as f:
+        return json.loads(f.read()).get("remote_keras")
 
 
 # ---------------------------------------------------------------------------- finding
