@@ -2,9 +2,10 @@
 docs cannot drift.
 
 The README and then the guide's pages (docs/guide/*.md, in the site's order) are read top to bottom
-as a user would read them: every ```python block runs, in order, in one namespace (a later block
-uses what an earlier one defined, e.g. the README's first `model`), with a temporary folder as the
-working directory. Nothing in a block is rewritten before it runs; tracebacks point at the file's
+as a user would read them: every ```python block runs, in order (a later block uses what an earlier
+one defined, e.g. the README's first `model`), with a temporary folder as the working directory.
+The README's blocks share one namespace, and each page continues from the README's in a copy of
+its own. Nothing in a block is rewritten before it runs; tracebacks point at the file's
 own lines. Blocks fenced ```bash, ```diff or plain ``` (the layout
 tree) are not Python and are not run; a fence of any other language fails
 `test_every_fence_is_known`, so no example can slip past unrun.
@@ -177,15 +178,29 @@ def repr_shape(text: str) -> tuple[str, list[str]] | None:
 
 
 class ReadmeSession:
-    """Runs the docs' blocks in order in one namespace, recording each block's outcome."""
+    """Runs the docs' blocks in order, recording each block's outcome.
+
+    The README's blocks share one namespace; each guide page continues from it in a namespace
+    of its own (a copy of the README's, made when the page's first block runs), so a page may
+    define `model` or `train` its own way without changing what the next page reads.
+    """
 
     def __init__(self) -> None:
-        self.namespace: dict = {"__name__": "__readme__"}
+        self.readme: dict = {"__name__": "__readme__"}
+        self.pages: dict[Path, dict] = {}
         self.outcome: dict[str, BaseException | None] = {}
 
+    def namespace(self, block: Block) -> dict:
+        if block.path == README:
+            return self.readme
+        return self.pages.setdefault(block.path, dict(self.readme))
+
     def run_through(self, block: Block) -> None:
-        """Runs the blocks before `block` that have not run yet (e.g. under `-k`), then `block`."""
+        """Runs the blocks `block` continues from that have not run yet (e.g. under `-k`): the
+        README's and its own page's before it; then `block`."""
         for earlier in PYTHON_BLOCKS[: PYTHON_BLOCKS.index(block)]:
+            if earlier.path not in (README, block.path):
+                continue
             if earlier.id not in self.outcome and earlier.not_run_reason is None:
                 with contextlib.suppress(Exception):  # recorded; its own test reports it
                     self.run(earlier)
@@ -199,13 +214,14 @@ class ReadmeSession:
                 self._run_interactive(block)
             else:
                 source = "\n" * (block.line - 1) + block.code  # tracebacks show the file's lines
-                exec(compile(source, str(block.path), "exec"), self.namespace)
+                exec(compile(source, str(block.path), "exec"), self.namespace(block))
         except BaseException as exc:
             self.outcome[block.id] = exc
             raise
         self.outcome[block.id] = None
 
     def _run_interactive(self, block: Block) -> None:
+        namespace = self.namespace(block)
         chunks: list[tuple[int, str, list[str]]] = []  # (line, statement, expected output)
         for offset, line in enumerate(block.code.splitlines()):
             if line.startswith(">>> "):
@@ -220,27 +236,28 @@ class ReadmeSession:
             try:
                 code = compile(source, str(block.path), "eval")
             except SyntaxError:
-                exec(compile(source, str(block.path), "exec"), self.namespace)
+                exec(compile(source, str(block.path), "exec"), namespace)
                 continue
             shown = " ".join(line.strip() for line in expected)
             wanted = repr_shape(shown)
             if wanted is not None:
-                actual = repr(eval(code, self.namespace))
+                actual = repr(eval(code, namespace))
                 assert repr_shape(actual) == wanted, (
                     f"{block.path.relative_to(ROOT)}:{number}: `{statement}` shows\n  {shown}\n"
                     f"but is now\n  {actual}"
                 )
             else:
-                eval(code, self.namespace)
+                eval(code, namespace)
 
     def close(self) -> None:
-        """Closes every iterator still alive, then forgets the namespace.
+        """Closes every iterator still alive, then forgets the namespaces.
 
         The README leaves most iterators open, as a script may. Those `fit` used stay reachable
         after the namespace is gone (TensorFlow's `Dataset.from_generator` registry holds Keras's
         adapter), so garbage collection would not stop their threads before the check below.
         """
-        self.namespace.clear()
+        for namespace in (self.readme, *self.pages.values()):
+            namespace.clear()
         self.outcome.clear()  # tracebacks hold the frames of the blocks that failed
         gc.collect()
         for value in gc.get_objects():
