@@ -17,15 +17,7 @@ from remote_keras.storage import listing, locations, saving
 
 
 class DirectoryCore(RemoteBatchCore):
-    """Iterator over a folder of class sub-folders, local or remote.
-
-    Takes every argument of Keras's `DirectoryIterator`, with the same
-    defaults, plus the keyword arguments of `DataFrameIterator`. A remote
-    `directory` (`"s3://bucket/train"`) is listed once: one request when it holds at most
-    1,000 objects, else its class folders in parallel (`remote_keras.storage.listers`); the training
-    and validation subsets of one generator share the listing; classes,
-    file order and `subset` splits are as for a local folder.
-    """
+    """What both fronts' `DirectoryIterator` add to Keras's: remote folders, listed once."""
 
     def __init__(
         self,

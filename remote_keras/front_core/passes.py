@@ -39,7 +39,9 @@ class EpochClock:
         self.kept: dict[tuple[int, int], Any] = {}  # (epoch, position) -> batch
         self.resume: resume.Resumption | None = None
         self.resume_counted = True  # whether `num_batches` counts only what `resume` has left
-        self.keep_limit = KEPT_BATCHES  # the Keras 2 front raises it for an enqueuer's reads
+        # The Keras 2 front, which never sees a pass begin, keeps only an epoch's first reads.
+        self.keep_limit = KEPT_BATCHES
+        self.keep_first = False
 
     # ---------------------------------------------------------------- epoch boundaries
 
@@ -148,8 +150,10 @@ class EpochClock:
         return self.kept.get(key)
 
     def keep(self, key: tuple[int, int], batch: Any) -> None:
-        """Keeps a batch read outside a pass (the latest `keep_limit` ones)."""
+        """Keeps a batch read outside a pass (the latest `keep_limit` ones, or the first)."""
         if self.in_pass or key[0] != self.epoch:
+            return
+        if self.keep_first and len(self.kept) >= self.keep_limit:
             return
         self.kept[key] = batch
         while len(self.kept) > self.keep_limit:

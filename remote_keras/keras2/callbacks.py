@@ -9,8 +9,14 @@ __all__ = ["DataVersionCallback", "EpochInputReport", "InputStallCallback"]
 
 
 class InputStallCallback(InputStallCore, keras_api.Callback):
-    __doc__ = InputStallCore.__doc__
+    """Keras 2's `InputStallCallback`: per epoch, how long training waited for batches.
+
+    Arguments, options and errors are those of the Keras 3 front's class of the same name.
+    """
 
 
 class DataVersionCallback(DataVersionCore, keras_api.Callback):
-    __doc__ = DataVersionCore.__doc__
+    """Keras 2's `DataVersionCallback`: writes the data versions an iterator reads.
+
+    Arguments, options and errors are those of the Keras 3 front's class of the same name.
+    """

@@ -8,6 +8,10 @@ from remote_keras.keras2.iterators import DataFrameIterator, DirectoryIterator
 
 
 class ImageDataGenerator(GeneratorCore, keras_api.ImageDataGenerator):
-    __doc__ = GeneratorCore.__doc__
+    """Keras 2's `ImageDataGenerator` (`tf.keras`), reading from local disk or object storage.
+
+    Arguments, options and errors are those of the Keras 3 front's class of the same name.
+    """
+
     dataframe_iterator = DataFrameIterator
     directory_iterator = DirectoryIterator

@@ -21,13 +21,14 @@ from typing import Any
 from remote_keras.front_core.batch_core import RemoteBatchCore
 from remote_keras.front_core.dataframe import DataFrameCore
 from remote_keras.front_core.directory import DirectoryCore
-from remote_keras.front_core.passes import KEPT_BATCHES
 from remote_keras.front_core.pixels import keras_pixels
 from remote_keras.keras2 import keras_api
 from remote_keras.pipeline.batches import Pixels
 
-# Batches an enqueuer's reads ahead may leave for the next epoch (Keras 2's `max_queue_size`
-# is at most this in practice; more are read again).
+# Batches read before an epoch's own reads that it hands out again: Keras 2's reading of batch 0
+# for the spec, or, after an enqueuer ended the epoch, what it read ahead for the next one
+# (Keras 2's `max_queue_size`, 10 by default; more would be read again).
+_PEEKED = 1
 _ENQUEUED_AHEAD = 64
 
 
@@ -65,6 +66,8 @@ class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
 
     def _finish_init(self) -> None:
         super()._finish_init()
+        self._clock.keep_first = True  # Keras 2 begins no pass: keep the first reads only
+        self._clock.keep_limit = _PEEKED
         if self.options.use_multiprocessing:
             warnings.warn(
                 "Keras 2's fit takes `workers`, `use_multiprocessing` and `max_queue_size` as "
@@ -85,12 +88,11 @@ class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
         with self.lock:
             if self._ended_by_enqueuer and not by_enqueuer:
                 self._ended_by_enqueuer = False  # fit's call: the enqueuer ended this epoch
-                self._clock.keep_limit = KEPT_BATCHES
                 return
             self._end_epochs(1)
-            if by_enqueuer:
-                self._ended_by_enqueuer = True
-                self._clock.keep_limit = _ENQUEUED_AHEAD
+            self._ended_by_enqueuer = by_enqueuer
+            # The enqueuer's reads ahead, some still in flight, are the next epoch's.
+            self._clock.keep_limit = _ENQUEUED_AHEAD if by_enqueuer else _PEEKED
 
     def next(self):
         """The next batch of the stream (Keras 2 spells `next(iterator)` so too)."""
@@ -98,8 +100,14 @@ class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
 
 
 class DataFrameIterator(KerasHooks, DataFrameCore, RemoteBatchMixin, keras_api.DataFrameIterator):
-    __doc__ = DataFrameCore.__doc__
+    """Keras 2's `DataFrameIterator` over images named in a dataframe, local or remote.
+
+    Arguments, options and errors are those of the Keras 3 front's class of the same name.
+    """
 
 
 class DirectoryIterator(KerasHooks, DirectoryCore, RemoteBatchMixin, keras_api.DirectoryIterator):
-    __doc__ = DirectoryCore.__doc__
+    """Keras 2's `DirectoryIterator` over a folder of class sub-folders, local or remote.
+
+    Arguments, options and errors are those of the Keras 3 front's class of the same name.
+    """
