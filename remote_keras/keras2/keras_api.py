@@ -32,9 +32,12 @@ DirectoryIterator: Any = image.DirectoryIterator
 NumpyArrayIterator: Any = image.NumpyArrayIterator
 DataFrameIterator: Any = importlib.import_module(Iterator.__module__).DataFrameIterator
 Callback: Any = keras.callbacks.Callback
+BackupAndRestore: Any = keras.callbacks.BackupAndRestore
+gfile: Any = tf.io.gfile  # where Keras 2's BackupAndRestore writes (local paths and URLs)
 _ENQUEUER_RUN = keras.utils.OrderedEnqueuer._run.__code__
 
 __all__ = [
+    "BackupAndRestore",
     "Callback",
     "DataFrameIterator",
     "DirectoryIterator",
@@ -43,6 +46,7 @@ __all__ = [
     "NumpyArrayIterator",
     "called_by_enqueuer",
     "floatx",
+    "gfile",
     "image_data_format",
     "print_msg",
 ]
