@@ -29,8 +29,16 @@ def test_the_front_is_keras_2_and_subclasses_its_classes(stock_image, tfk, image
     assert rk.NumpyArrayIterator is tfk.preprocessing.image.NumpyArrayIterator
 
 
-@pytest.mark.parametrize("class_mode", ["categorical", "binary", "sparse", "input", None])
-@pytest.mark.parametrize("subset", [None, "training", "validation"])
+@pytest.mark.parametrize(
+    "class_mode, subset",
+    [
+        ("categorical", None),
+        ("binary", "training"),
+        ("sparse", "validation"),
+        ("input", "training"),
+        (None, "validation"),
+    ],
+)
 def test_directory_batches_equal_stock(stock_image, image_dir, class_mode, subset):
     directory, _ = image_dir
     two = sorted(set(image_dir[1]["class"]))[:2] if class_mode == "binary" else None
