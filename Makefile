@@ -1,12 +1,17 @@
 # Two commands do all setup on a fresh machine with Python 3 and make:
 #   make demo   - train from a local S3 server and compare with stock Keras on local disk
-#   make test   - lint, run the whole test suite, then `make test-oldest` (what CI runs)
+#   make test   - lint, run the whole test suite, then `make test-oldest` and
+#                 `make test-keras2` (what CI runs)
 # and:
 #   make test-fast   - lint and every test except `slow` ones and the `network` suites that
 #                      download from the package index (about a minute)
 #   make test-oldest - the parity, concurrency, generator and sharding tests on the oldest
 #                      supported Keras/TensorFlow pair (.ci/constraints-oldest.txt), in
 #                      .venv-oldest (created on first use, reused while the pins are unchanged)
+#   make test-keras2 - the Keras 2 tests (tests/keras2) on TensorFlow 2.15's Keras 2.15, in
+#                      .venv-keras2 (.ci/constraints-keras2.txt; created on first use, in the
+#                      background while `make test` runs the main suite), and on tf_keras with
+#                      TF_USE_LEGACY_KERAS=1 in .venv
 #   make docs        - the documentation site (API reference from the docstrings) into site/
 #   make bench       - the full benchmark (about 10 minutes; see bench/run.py)
 #   make bench-scale - start-up, requests and memory at 100k and 300k objects (bench/scale.py;
@@ -21,7 +26,20 @@ OLDEST_TESTS := tests/test_api.py tests/test_parity.py tests/test_concurrency.py
 	tests/test_sharding_versions.py tests/test_resume.py tests/test_image_dataset.py \
 	tests/test_image_dataset_resume.py
 
-.PHONY: install demo test test-fast test-oldest lint docs bench bench-scale clean azurite
+# The Keras 2 selection: parity, fit reads, faults, lakeFS, sharding, input stall and resume,
+# all on TensorFlow 2.15; on tf_keras (TF_USE_LEGACY_KERAS=1) a shorter one, for CI's time:
+# parity, fit reading once per epoch, the enqueuer's epoch ends, a corrupt image, presigned
+# lakeFS reads and resume.
+KERAS2_TESTS := tests/keras2
+KERAS2_LEGACY_TESTS := tests/keras2/test_parity.py \
+	tests/keras2/test_fit.py::test_fit_reads_each_image_once_per_epoch_and_trains_each_epochs_batches \
+	tests/keras2/test_fit.py::test_an_enqueuers_epoch_end_and_fits_end_one_epoch_and_its_reads_ahead_are_kept \
+	tests/keras2/test_faults.py::test_a_corrupt_image_ends_fit_in_its_epoch_naming_the_url \
+	tests/keras2/test_lakefs.py::test_presigned_pinned_reads_equal_stock_and_go_to_the_store \
+	tests/keras2/test_resume.py
+
+.PHONY: install demo test test-fast test-oldest test-keras2 lint docs bench bench-scale clean \
+	azurite
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,9 +80,12 @@ bench: $(STAMP)
 bench-scale: $(STAMP)
 	$(BIN)/python bench/scale.py
 
+# The Keras 2 venv is created (or checked) in the background while the main suite runs.
 test: lint azurite
+	@PYTHON=$(PYTHON) bash .ci/test-keras2 --prepare > .venv-keras2.prepare.log 2>&1 &
 	$(BIN)/python -m pytest
 	$(MAKE) --no-print-directory test-oldest
+	$(MAKE) --no-print-directory test-keras2
 
 test-fast: lint
 	$(BIN)/python -m pytest -m "not slow and not network"
@@ -72,5 +93,8 @@ test-fast: lint
 test-oldest:
 	PYTHON=$(PYTHON) bash .ci/test-oldest $(OLDEST_TESTS)
 
+test-keras2: $(STAMP)
+	PYTHON=$(PYTHON) KERAS2_LEGACY_ARGS="$(KERAS2_LEGACY_TESTS)" bash .ci/test-keras2 $(KERAS2_TESTS)
+
 clean:
-	rm -rf $(VENV) .venv-oldest .pytest_cache .ruff_cache .mypy_cache site
+	rm -rf $(VENV) .venv-oldest .venv-keras2 .venv-keras2.lock .venv-keras2.prepare.log .pytest_cache .ruff_cache .mypy_cache site

@@ -10,62 +10,56 @@ pluggable loader on thread pools.
 """
 
 import importlib
+import importlib.util
+import logging
 import os
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes"):
-    raise ImportError(
-        "remote_keras supports Keras 3 (keras>=3, `import keras`), not the Keras 2 line that "
-        "TF_USE_LEGACY_KERAS=1 selects for tf.keras (tf_keras): tf_keras's fit treats a Keras 3 "
-        "iterator as an endless generator, so an epoch would never end. Unset "
-        "TF_USE_LEGACY_KERAS and train with `keras.Model.fit`."
-    )
-
 # The public names load on first use (PEP 562), so that `import remote_keras.testing...`
-# (the local test servers) imports neither Keras nor TensorFlow.
+# (the local test servers) imports neither Keras nor TensorFlow. Names that differ by Keras
+# come from the front `_front()` picks (`remote_keras.keras3` or `remote_keras.keras2`).
+_FRONT_NAMES = {
+    "BackupAndRestore": "backup",
+    "DataFrameIterator": "iterators",
+    "DataVersionCallback": "callbacks",
+    "DirectoryIterator": "iterators",
+    "ImageDataGenerator": "generator",
+    "InputStallCallback": "callbacks",
+    "Iterator": {"keras3": "keras_src", "keras2": "keras_api"},
+    "NumpyArrayIterator": {"keras3": "keras_src", "keras2": "keras_api"},
+    "image_dataset_from_directory": "datasets",
+}
 _MODULES = {
-    "BackupAndRestore": "remote_keras.keras3.backup",
     "ChecksumMismatchError": "remote_keras.storage.integrity",
-    "DataFrameIterator": "remote_keras.keras3.iterators",
-    "DataVersionCallback": "remote_keras.keras3.callbacks",
-    "DirectoryIterator": "remote_keras.keras3.iterators",
-    "EpochInputReport": "remote_keras.keras3.callbacks",
+    "EpochInputReport": "remote_keras.front_core.callbacks",
     "FsspecLoader": "remote_keras.storage.loaders",
-    "ImageDataGenerator": "remote_keras.keras3.generator",
     "ImageDecodeError": "remote_keras.errors",
     "ImageLoadError": "remote_keras.errors",
-    "InputStallCallback": "remote_keras.keras3.callbacks",
-    "Iterator": "remote_keras.keras3.keras_src",
     "LoaderStats": "remote_keras.pipeline.stats",
     "MissingBackendError": "remote_keras.errors",
-    "NumpyArrayIterator": "remote_keras.keras3.keras_src",
     "ObstoreLoader": "remote_keras.storage.loaders",
     "RetryPolicy": "remote_keras.storage.retry",
     "Shard": "remote_keras.pipeline.sharding",
     "decode_image": "remote_keras.pipeline.decoding",
-    "image_dataset_from_directory": "remote_keras.keras3.datasets",
     "pin_url": "remote_keras.storage.records",
     "pinned_urls": "remote_keras.storage.records",
     "read_lakefs_ref": "remote_keras.storage.records",
     "read_table": "remote_keras.storage.records",
     "write_data_version": "remote_keras.storage.records",
-    "WorkerDiedError": "remote_keras.keras3.workers",
+    "WorkerDiedError": "remote_keras.front_core.workers",
 }
 
 if TYPE_CHECKING:
     from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
+    from remote_keras.front_core.callbacks import EpochInputReport
+    from remote_keras.front_core.workers import WorkerDiedError
     from remote_keras.keras3.backup import BackupAndRestore
-    from remote_keras.keras3.callbacks import (
-        DataVersionCallback,
-        EpochInputReport,
-        InputStallCallback,
-    )
+    from remote_keras.keras3.callbacks import DataVersionCallback, InputStallCallback
     from remote_keras.keras3.datasets import image_dataset_from_directory
     from remote_keras.keras3.generator import ImageDataGenerator
     from remote_keras.keras3.iterators import DataFrameIterator, DirectoryIterator
     from remote_keras.keras3.keras_src import Iterator, NumpyArrayIterator
-    from remote_keras.keras3.workers import WorkerDiedError
     from remote_keras.pipeline.decoding import decode_image
     from remote_keras.pipeline.sharding import Shard
     from remote_keras.pipeline.stats import LoaderStats
@@ -115,8 +109,50 @@ __all__ = [
 ]
 
 
+_LEGACY_ON = ("1", "true", "yes")
+_logger = logging.getLogger("remote_keras")
+
+
+def _front() -> str:
+    """`"keras2"` where `tf.keras` is Keras 2, else `"keras3"`; logs the choice once (DEBUG).
+
+    Keras 2 is `tf_keras` when `TF_USE_LEGACY_KERAS` is set (TensorFlow then
+    serves it as `tf.keras`), or an installed `keras` 2.x (TensorFlow <= 2.15).
+    """
+    chosen = globals().get("_chosen_front")
+    if chosen is not None:
+        return chosen
+    legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in _LEGACY_ON
+    if legacy:
+        if importlib.util.find_spec("tf_keras") is None:
+            raise ImportError(
+                "TF_USE_LEGACY_KERAS is set, which makes tf.keras the tf_keras package, but "
+                "tf_keras is not installed: `pip install tf-keras` (the version matching "
+                "TensorFlow's), or unset TF_USE_LEGACY_KERAS to use Keras 3."
+            )
+        chosen, why = "keras2", "TF_USE_LEGACY_KERAS is set: tf.keras is tf_keras (Keras 2)"
+    else:
+        try:
+            keras_version = version("keras")
+        except PackageNotFoundError:
+            keras_version = ""
+        if keras_version.startswith("2."):
+            chosen, why = "keras2", f"the installed keras is {keras_version} (Keras 2)"
+        else:
+            chosen, why = "keras3", f"the installed keras is {keras_version or 'absent'}"
+    _logger.debug("remote_keras: using the %s front (%s)", chosen, why)
+    globals()["_chosen_front"] = chosen
+    return chosen
+
+
 def __getattr__(name: str) -> Any:
     module = _MODULES.get(name)
+    front_module = _FRONT_NAMES.get(name)
+    if front_module is not None:
+        front = _front()
+        if isinstance(front_module, dict):
+            front_module = front_module[front]
+        module = f"remote_keras.{front}.{front_module}"
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)

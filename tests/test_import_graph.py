@@ -172,6 +172,46 @@ def test_only_keras_src_imports_keras_private_modules():
     assert set(importers) == {"remote_keras/keras3/keras_src.py"}, importers
 
 
+def _importers_of(folder: str, wanted) -> dict[str, list[int]]:
+    """Modules under `folder` importing a module for which `wanted(name)` holds, with lines."""
+    importers: dict[str, list[int]] = {}
+    for path in (ROOT / folder).rglob("*.py"):
+        relative = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), relative)):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            if any(wanted(name) for name in names):
+                importers.setdefault(relative, []).append(node.lineno)
+    return importers
+
+
+def _top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def test_only_keras_api_imports_keras_2_in_the_keras_2_front():
+    importers = _importers_of(
+        "remote_keras/keras2", lambda name: _top(name) in ("keras", "tensorflow", "tf_keras")
+    )
+    assert set(importers) == {"remote_keras/keras2/keras_api.py"}, importers
+
+
+def test_the_fronts_and_their_core_import_neither_front():
+    keras3 = _importers_of("remote_keras/keras3", lambda n: n.startswith("remote_keras.keras2"))
+    keras2 = _importers_of("remote_keras/keras2", lambda n: n.startswith("remote_keras.keras3"))
+    core = _importers_of(
+        "remote_keras/front_core",
+        lambda n: (
+            n.startswith(("remote_keras.keras2", "remote_keras.keras3"))
+            or _top(n) in ("keras", "tf_keras")
+        ),
+    )
+    assert (keras3, keras2, core) == ({}, {}, {})
+
+
 def test_modules_and_classes_stay_small():
     too_big = []
     for path in (ROOT / "remote_keras").rglob("*.py"):

@@ -22,18 +22,17 @@ import pytest
 import remote_keras as rk
 from tests.helpers import assert_same_batch
 
-# Modules that must import without Keras or TensorFlow: everything outside the Keras front.
-CORE_PACKAGES = ("remote_keras.storage", "remote_keras.pipeline")
+# Modules that must import without Keras or TensorFlow: everything outside the Keras fronts
+# (their shared core, `front_core`, included).
+CORE_PACKAGES = ("remote_keras.storage", "remote_keras.pipeline", "remote_keras.front_core")
 CORE_MODULES = ("remote_keras", "remote_keras.errors", "remote_keras.causes", "remote_keras.demo")
 # Modules of the Keras front that need no Keras to import (they use it when called).
 FRONT_WITHOUT_KERAS = (
+    "remote_keras.keras2",
+    "remote_keras.keras2.datasets",
     "remote_keras.keras3",
     "remote_keras.keras3.backup_files",
     "remote_keras.keras3.dataset_index",
-    "remote_keras.keras3.fit_order",
-    "remote_keras.keras3.resume",
-    "remote_keras.keras3.tfdata",
-    "remote_keras.keras3.workers",
 )
 
 
@@ -55,7 +54,8 @@ CORE = sorted(
 KERAS_LAYER = sorted(
     name
     for name in _modules()
-    if name.startswith("remote_keras.keras3") and name not in FRONT_WITHOUT_KERAS
+    if name.startswith(("remote_keras.keras3", "remote_keras.keras2"))
+    and name not in FRONT_WITHOUT_KERAS
 )
 
 # Runs first in the subprocess: Keras, TensorFlow (and the other backends) cannot be imported.

@@ -150,9 +150,11 @@ def _from_tf_strategy() -> tuple[int, int] | None:
 
 def _from_keras_distribution() -> tuple[int, int] | None:
     keras = sys.modules.get("keras")  # only if the program uses Keras already
-    if keras is None:
+    # Keras 2 (TensorFlow 2.15's `keras`) has no `keras.distribution`: tf.distribute says it.
+    distribution = getattr(keras, "distribution", None)
+    if distribution is None:
         return None
-    current = keras.distribution.distribution()
+    current = distribution.distribution()
     if current is None:
         return None
     if all(hasattr(type(current), name) for name in KERAS_SHARD_API):  # Keras >= 3.15

@@ -1,20 +1,16 @@
-"""`DataFrameIterator`: Keras's, over images named in a dataframe, local or remote."""
+"""`DataFrameIterator`: Keras 3's, over images named in a dataframe, local or remote."""
 
 from __future__ import annotations
 
-import os
-
-from typing_extensions import Unpack
-
-from remote_keras import errors
+from remote_keras.front_core.dataframe import DataFrameCore
 from remote_keras.keras3.iterators.base import RemoteBatchMixin
-from remote_keras.keras3.iterators.keras_pixels import KerasPixels
+from remote_keras.keras3.iterators.hooks import KerasHooks
 from remote_keras.keras3.keras_src import legacy_image
-from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
-from remote_keras.storage import listing, locations, records, saving
 
 
-class DataFrameIterator(KerasPixels, RemoteBatchMixin, legacy_image.DataFrameIterator):
+class DataFrameIterator(
+    KerasHooks, DataFrameCore, RemoteBatchMixin, legacy_image.DataFrameIterator
+):
     """Iterator over images named in a pandas dataframe, local or remote.
 
     Takes every argument of Keras's `DataFrameIterator`, with the same
@@ -35,96 +31,3 @@ class DataFrameIterator(KerasPixels, RemoteBatchMixin, legacy_image.DataFrameIte
         options: A `LoaderOptions` to start from; keyword arguments named
             like its fields override it.
     """
-
-    table_url: str | None = None
-
-    def __init__(
-        self,
-        dataframe,
-        directory=None,
-        image_data_generator=None,
-        x_col="filename",
-        y_col="class",
-        weight_col=None,
-        target_size=(256, 256),
-        color_mode="rgb",
-        classes=None,
-        class_mode="categorical",
-        batch_size=32,
-        shuffle=True,
-        seed=None,
-        data_format="channels_last",
-        save_to_dir=None,
-        save_prefix="",
-        save_format="png",
-        subset=None,
-        interpolation="nearest",
-        keep_aspect_ratio=False,
-        dtype="float32",
-        validate_filenames=True,
-        *,
-        options: LoaderOptions | None = None,
-        **overrides: Unpack[LoaderOverrides],
-    ):
-        saving.check_save_prefix(save_to_dir, save_prefix)
-        self._init_remote(options, overrides)
-        if isinstance(dataframe, (str, os.PathLike)):
-            dataframe = self._read_table(os.fspath(dataframe))
-        listing.check_path_column(dataframe, x_col)
-        super().__init__(
-            dataframe,
-            directory=directory,
-            image_data_generator=image_data_generator,
-            x_col=x_col,
-            y_col=y_col,
-            weight_col=weight_col,
-            target_size=target_size,
-            color_mode=color_mode,
-            classes=classes,
-            class_mode=class_mode,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            data_format=data_format,
-            save_to_dir=save_to_dir,
-            save_prefix=save_prefix,
-            save_format=save_format,
-            subset=subset,
-            interpolation=interpolation,
-            keep_aspect_ratio=keep_aspect_ratio,
-            dtype=dtype,
-            validate_filenames=validate_filenames,
-        )
-        self._finish_init()
-
-    def _read_table(self, url: str):
-        """Reads the table at `url`, a `lakefs://` one at its ref's pinned commit."""
-        self.table_url = self._pinner.pin(url)
-        self._ensure_process()
-        with errors.reading(self.table_url):
-            data = self._fetcher.fetch([self.table_url], self._pools.get("fetch"))[0]
-        if isinstance(data, BaseException):
-            raise data
-        return records.read_table_bytes(self.table_url, bytes(data))
-
-    def _path_of(self, filename: str) -> str:
-        """The path or URL read for a row: `..` resolved (`listing.row_url`), lakeFS pinned."""
-        path = self._known_paths.get(filename)
-        if path is None:
-            url = listing.row_url(self.directory, filename)
-            path = self._pinner.pin(url or locations.join(self.directory, filename))
-        return path
-
-    def _filter_valid_filepaths(self, df, x_col):
-        """Keeps rows whose file exists, listing remote prefixes instead of one request per row.
-
-        Rows that leave a URL `directory` (`..`), climb above their bucket or
-        name a folder are invalid, like rows whose file does not exist.
-        """
-        names = df[x_col].tolist()
-        urls = [listing.row_url(self.directory, name) for name in names]
-        if not any(locations.is_url(url or "://") for url in urls):
-            return super()._filter_valid_filepaths(df, x_col)
-        paths = [None if url is None else self._pinner.pin(url) for url in urls]
-        self._known_paths = {n: p for n, p in zip(names, paths) if p is not None}
-        return df[listing.valid_rows(self, paths, x_col)]

@@ -45,6 +45,13 @@ logger = logging.getLogger("remote_keras")
 # workers are processes (only then are forked children watched).
 _OPEN: weakref.WeakSet[Any] = weakref.WeakSet()
 _MULTIPROCESS: weakref.WeakSet[Any] = weakref.WeakSet()
+# Where each Keras keeps its worker pools (`_DATA_POOLS`): Keras 3's `PyDataset` adapter, and
+# Keras 2's `data_utils` (TensorFlow 2.15's `keras`, and `tf_keras`).
+_POOL_REGISTRIES = (
+    "keras.src.trainers.data_adapters.py_dataset_adapter",
+    "keras.src.utils.data_utils",
+    "tf_keras.src.utils.data_utils",
+)
 _STOPPING = (signal.SIGTERM, signal.SIGINT)  # a pool's `terminate()`, or Ctrl-C
 
 
@@ -183,8 +190,12 @@ def _fail_pending(error: WorkerDiedError) -> None:
     """Completes every batch Keras's worker pools still owe with `error`."""
     logger.error("%s", error)
     # Keras's pools exist only if its adapter module was loaded: no import here.
-    adapter = sys.modules.get("keras.src.trainers.data_adapters.py_dataset_adapter")
-    for pool in list(getattr(adapter, "_DATA_POOLS", ())):
+    pools = [
+        pool
+        for name in _POOL_REGISTRIES
+        for pool in list(getattr(sys.modules.get(name), "_DATA_POOLS", ()))
+    ]
+    for pool in pools:
         for result in list(getattr(pool, "_cache", {}).values()):
             try:
                 result._set(0, (False, error))

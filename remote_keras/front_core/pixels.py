@@ -2,17 +2,16 @@
 
 The Keras layer's side of `remote_keras.pipeline.batches.Pixels`: the core builds
 batches without importing Keras, and asks the iterator, once per batch, for
-these settings through `batch_pixels()`.
+these settings through `batch_pixels()`, which each front's `KerasHooks` answers
+with `keras_pixels` and its own Keras's `floatx` and stock `ImageDataGenerator`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import keras
 import numpy as np
 
-from remote_keras.keras3.keras_src import legacy_image
 from remote_keras.pipeline.batches import Pixels
 
 # What `ImageDataGenerator.get_random_transform` draws when the generator has no random
@@ -28,32 +27,18 @@ _STANDARDIZE_STEPS = (
 )  # fmt: skip
 
 
-class KerasPixels:
-    """Mixin for the Keras iterators: their `batch_pixels()`, read by `pipeline.batches`."""
-
-    image_data_generator: Any
-
-    def batch_pixels(self) -> Pixels:
-        """Keras's `floatx` and the generator's transform and standardization, as they are now.
-
-        Returns:
-            The `Pixels` of the next batch.
-        """
-        return keras_pixels(self.image_data_generator)
-
-
-def keras_pixels(generator: Any) -> Pixels:
+def keras_pixels(generator: Any, floatx: str, stock: Any) -> Pixels:
     """The `Pixels` of an iterator reading through `generator` (an `ImageDataGenerator` or `None`).
+
+    `floatx` is Keras's default float type, `stock` its own `ImageDataGenerator` class.
 
     The direct path is allowed only when it provably computes what stock
     Keras computes: a generator whose `standardize` would only multiply by a
     Python number and whose `apply_transform` is Keras's own (which returns
     an identity transform's input unchanged).
     """
-    floatx = keras.config.floatx()
     if generator is None:
         return Pixels(floatx=floatx)
-    stock = legacy_image.ImageDataGenerator
     direct = (
         type(generator).standardize is stock.standardize
         and type(generator).apply_transform is stock.apply_transform

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from remote_keras.keras3 import resume
+from remote_keras.front_core import resume
 
 # Batches read outside a pass that are kept for the pass (TensorFlow's spec inference reads 2).
 KEPT_BATCHES = 2
@@ -39,6 +39,9 @@ class EpochClock:
         self.kept: dict[tuple[int, int], Any] = {}  # (epoch, position) -> batch
         self.resume: resume.Resumption | None = None
         self.resume_counted = True  # whether `num_batches` counts only what `resume` has left
+        # The Keras 2 front, which never sees a pass begin, keeps only an epoch's first reads.
+        self.keep_limit = KEPT_BATCHES
+        self.keep_first = False
 
     # ---------------------------------------------------------------- epoch boundaries
 
@@ -147,9 +150,11 @@ class EpochClock:
         return self.kept.get(key)
 
     def keep(self, key: tuple[int, int], batch: Any) -> None:
-        """Keeps a batch read outside a pass (the latest `KEPT_BATCHES` ones)."""
+        """Keeps a batch read outside a pass (the latest `keep_limit` ones, or the first)."""
         if self.in_pass or key[0] != self.epoch:
             return
+        if self.keep_first and len(self.kept) >= self.keep_limit:
+            return
         self.kept[key] = batch
-        while len(self.kept) > KEPT_BATCHES:
+        while len(self.kept) > self.keep_limit:
             del self.kept[next(iter(self.kept))]

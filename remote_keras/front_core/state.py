@@ -6,8 +6,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from remote_keras import errors
-from remote_keras.keras3 import fit_order, resume
-from remote_keras.keras3.iterators.passes import EpochClock
+from remote_keras.front_core import fit_order, resume
+from remote_keras.front_core.passes import EpochClock
 from remote_keras.pipeline.epochs import EpochPlanner
 from remote_keras.pipeline.prefetch import Prefetcher
 from remote_keras.pipeline.skips import SkipLog

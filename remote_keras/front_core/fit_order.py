@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 import warnings
 
-from remote_keras.keras3.resume import Resumption
+from remote_keras.front_core.resume import Resumption
 
 
 def json_random_state(state: tuple) -> list:

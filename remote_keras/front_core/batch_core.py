@@ -1,0 +1,245 @@
+"""`RemoteBatchCore`: Keras's iterator entry points over the planner, fetcher and thread pools.
+
+Both fronts mix it into their Keras's `Iterator` (`remote_keras.keras3.iterators.base`,
+`remote_keras.keras2.iterators`); it imports no Keras. See the package docstring of
+`remote_keras.keras3.iterators` for what changes from stock Keras.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from remote_keras import errors
+from remote_keras.front_core import resume
+from remote_keras.front_core.lifecycle import LifecycleMixin
+from remote_keras.front_core.passes import EpochClock
+from remote_keras.front_core.scheduling import SchedulingMixin
+from remote_keras.front_core.state import StateMixin
+from remote_keras.front_core.tfdata import to_tf_dataset
+from remote_keras.pipeline import batches, sharding
+from remote_keras.pipeline.epochs import EpochPlanner
+from remote_keras.pipeline.fetching import Fetcher
+from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
+from remote_keras.pipeline.skips import SkipLog
+from remote_keras.pipeline.stats import HandoffLog, StatsRecorder
+from remote_keras.storage import locations, presign
+from remote_keras.storage.cache import DiskCache
+from remote_keras.storage.lakefs import Pinner
+from remote_keras.storage.loaders import choose_loader, make_loader
+
+
+class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
+    """Batch loading through a loader and thread pools, for file-based iterators.
+
+    Mixed into `DataFrameIterator` and `DirectoryIterator` ahead of Keras's
+    classes; it replaces `__getitem__`, `__next__`, `on_epoch_end` and
+    `_get_batches_of_transformed_samples`. A front overrides
+    `_keras_on_tensorflow` (whether its Keras trains on TensorFlow).
+    """
+
+    # Set by Keras's `__init__` (or `listing.init_from_listing`) in the subclasses.
+    n: int
+    total_batches_seen: int
+    directory: Any
+    filenames: list[str]
+    seed: int | None
+    _filepaths: list[str]
+
+    def _init_remote(self, options: LoaderOptions | None, overrides: LoaderOverrides) -> None:
+        self.options = (options or LoaderOptions()).merged(overrides)
+        opts = self.options
+        self.shard = sharding.resolve(opts.num_shards, opts.shard_index, opts.shard_remainder)
+        self._planner = EpochPlanner(self, self.shard)
+        self.filesystems = locations.FileSystems(opts.storage_options)
+        timeout_s = opts.retry_policy.timeout_s  # "auto": the loader is set in _finish_init
+        self.loader = make_loader(opts.loader, opts.storage_options, timeout_s)
+        self.loader_choice = "given" if callable(opts.loader) else str(opts.loader)
+        cache = opts.cache_dir
+        self.cache = DiskCache(cache, opts.cache_max_bytes) if cache is not None else None
+        self._stats = StatsRecorder()
+        self._fetcher = Fetcher(
+            self.loader, opts.retry_policy, self.cache, self._stats, opts.verify_checksums
+        )
+        self._pinner = Pinner(self.filesystems)
+        self._known_paths: dict[str, str] = {}  # filename -> path, filled by validation
+        self._skips = SkipLog()
+        self.handoffs = HandoffLog()
+        self._per_process_state()
+        # Epoch, passes, batches kept for the pass and a resumed epoch's order; copies in
+        # worker processes get them too.
+        self._clock = EpochClock()
+        self._prepared: tuple[int, int, resume.Resumption | None] | None = None
+        self._stream_position = 0
+        self._last_requested: int | None = None
+        self.closed = False
+        self._home_pid = os.getpid()  # pickled: a copy knows it runs in another process
+
+    def _finish_init(self) -> None:
+        """Runs after Keras's `__init__`: URL-aware paths, shards and `PyDataset` knobs."""
+        if self.shard.count > 1 and self.shuffle and self.seed is None:
+            self.seed = 0  # every worker must draw the same permutation
+            warnings.warn(
+                f"Reading shard {self.shard.index} of {self.shard.count} "
+                f"(from {self.shard.source}) with shuffle=True and no seed: using seed=0 so "
+                "that all workers shuffle alike. Pass `seed=` to choose another.",
+                stacklevel=3,
+            )
+        self._filepaths = [self._path_of(name) for name in self.filenames]
+        self._known_paths = {}
+        if self.options.loader == "auto":
+            read = self._filepaths[0] if self._filepaths else str(self.directory or "")
+            self.loader, self.loader_choice = choose_loader(
+                read, self.options.storage_options, self.options.retry_policy.timeout_s
+            )
+            self._fetcher.loader = self.loader
+        presign.expect(self.loader, self._filepaths)  # lakeFS: addresses listed ahead of reads
+        # Keras's iterators do not forward these to `PyDataset.__init__`.
+        self.workers = self.options.workers
+        self.use_multiprocessing = self.options.use_multiprocessing
+        self.max_queue_size = self.options.max_queue_size
+
+    def _path_of(self, filename: str) -> str:
+        """The path or URL read for `filename`; lakeFS refs pinned to their commit."""
+        path = self._known_paths.get(filename)
+        if path is None:
+            path = self._pinner.pin(locations.join(self.directory, filename))
+        return path
+
+    def to_tf_dataset(self) -> Any:
+        """Returns the batches of one epoch per pass, as a `tf.data.Dataset`.
+
+        See `remote_keras.front_core.tfdata.to_tf_dataset`.
+
+        Returns:
+            A `tf.data.Dataset`; each complete pass ends the iterator's
+            epoch, so the next pass is the next epoch's order.
+        """
+        return to_tf_dataset(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} samples={self.n} batch_size={self.batch_size} "
+            f"directory={errors.redact(str(self.directory))!r} loader={self.loader!r}>"
+        )
+
+    # ------------------------------------------------------------------ Keras entry points
+
+    def __getitem__(self, idx: int):
+        asked = time.perf_counter()
+        self._ensure_process()
+        length = len(self)
+        clock = self._clock
+        with self.lock:
+            if clock.held_here():
+                self._end_epochs(clock.held_here())
+            # Keras's index `idx` is batch `order[idx]` of the epoch: the same, except in an
+            # epoch resumed mid-way, whose indices cover only the batches it has left.
+            epoch, order = clock.epoch, clock.order(length)
+            position = clock.position(idx, length)
+            self.total_batches_seen += 1
+            clock.handed += clock.in_pass
+            kept = clock.take((epoch, position))
+            if kept is None:
+                previous, self._last_requested = self._last_requested, idx
+                future, prefetched = self._start(epoch, position)
+        if kept is not None:
+            self.handoffs.record(asked, time.perf_counter())
+            return kept
+        in_order = previous is None or 0 < idx - previous <= max(2, self.workers)
+        # With `use_multiprocessing`, Keras's worker processes build the epoch's batches: one
+        # built ahead here, or in one of them, would mostly be read again by another.
+        in_order = in_order and not self.use_multiprocessing and os.getpid() == self._home_pid
+        ahead = order[idx + 1 : idx + 1 + self.options.prefetch_batches]
+        keys = [(epoch, i) for i in ahead] if in_order else []
+        batch = self._result(future, prefetched, keys, asked)
+        with self.lock:
+            clock.keep((epoch, position), batch)  # read outside a pass: kept for the pass
+        return batch
+
+    def __next__(self):
+        asked = time.perf_counter()
+        self._ensure_process()
+        with self.lock:
+            length = max(len(self), 1)
+            epoch, index = divmod(self._stream_position, length)
+            self._stream_position += 1
+            self.total_batches_seen += 1
+            self.batch_index = (index + 1) % length
+            future, prefetched = self._start(epoch, index)
+            position = self._stream_position
+        steps = range(self.options.prefetch_batches)
+        keys = [divmod(position + step, length) for step in steps]
+        return self._result(future, prefetched, keys, asked)
+
+    def reset(self) -> None:
+        """Makes the next `next()` call start a new epoch, as Keras does."""
+        with self.lock:
+            length = max(len(self), 1)
+            self._stream_position = -(-self._stream_position // length) * length
+            self.batch_index = 0
+
+    def on_epoch_begin(self) -> None:
+        """Called by Keras before each pass; refuses to feed tf.distribute's splitting a shard."""
+        with self.lock:
+            self._clock.begin()
+        if self.shard.count > 1 and self._keras_on_tensorflow() and sharding.in_tf_multi_worker():
+            raise ValueError(
+                f"This iterator reads shard {self.shard.index} of {self.shard.count} "
+                f"(from {self.shard.source}), but under multi-worker tf.distribute Keras "
+                "would split every batch between the workers again and train on only "
+                f"1/{self.shard.count} of it. Pass `iterator.to_tf_dataset()` instead (it "
+                "keeps each worker's shard whole), or `num_shards=1` to read the whole "
+                "dataset on every worker."
+            )
+
+    def on_epoch_end(self) -> None:
+        """Ends the epoch: the next batches come from the next epoch's order.
+
+        Keras's `fit`, `evaluate` and `predict` also call this when they
+        reset their epoch iterator before a pass (after TensorFlow reads
+        batches 0 and 1 to infer the tensor spec). Such a call, made outside
+        a pass, ends no epoch, and the batches read outside a pass are handed
+        out again by the pass: the first epoch `fit` trains on is epoch 0 and
+        each image is read once per epoch. See `EpochClock.end` for the rule.
+        """
+        self._ensure_process()
+        with self.lock:
+            ended = self._clock.end(len(self))
+            if ended:
+                self._end_epochs(ended)
+            elif self.options.on_error == "skip":  # held: a loop of one's own still hears now
+                self._skips.warn_summary()
+
+    def _keras_on_tensorflow(self) -> bool:
+        """Whether the Keras calling this iterator trains on TensorFlow (Keras 2 always does)."""
+        return True
+
+    def _end_pass(self) -> None:
+        """Ends the epoch whatever the passes (for `to_tf_dataset`, which Keras never begins)."""
+        with self.lock:
+            self._end_epochs(1)
+
+    def _resuming(self) -> bool:
+        """Whether the epoch read now was restored mid-way and has not ended."""
+        with self.lock:
+            pending = self._clock.resume
+            return pending is not None and pending.epoch == self._clock.epoch
+
+    def _end_epochs(self, count: int) -> None:
+        """Moves `count` epochs on (the caller holds the lock)."""
+        if self.options.on_error == "skip":
+            self._skips.warn_summary()
+        self._clock.advance(count)
+        self._last_requested = None
+        self._prefetcher.clear()
+        self.index_array = self._planner.order(self._clock.epoch)
+
+    def _get_batches_of_transformed_samples(self, index_array):
+        """Loads the samples `index_array`, drawing transforms from the global `np.random`."""
+        plan = self._planner.draw(np.asarray(index_array), seed=None)
+        return self._assemble(*batches.load(self, plan))

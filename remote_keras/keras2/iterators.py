@@ -1,0 +1,113 @@
+"""Keras 2's `DataFrameIterator` and `DirectoryIterator`, over the shared iterator core.
+
+They subclass `tf.keras`'s own classes (a `tf.keras.utils.Sequence`) with the
+Keras 3 front's arguments, options and messages (`remote_keras.front_core`).
+What is Keras 2's own is how an epoch ends: Keras 2 never calls
+`on_epoch_begin()`, and calls `on_epoch_end()` once at the end of each epoch
+of `fit`, `evaluate` and `predict`, after reading batch 0 once to learn the
+batch's spec (that batch is kept, and the epoch hands it out again). So here
+every `on_epoch_end()` ends the epoch, except the extra one that Keras 2's
+`OrderedEnqueuer` makes (`workers > 1` or `use_multiprocessing=True` in `fit`)
+once it has queued an epoch's last batch: `fit`'s own call that follows it ends
+nothing more. Batches that enqueuer reads ahead for the next epoch before
+`fit` stops it are kept (threads) for the next epoch, which hands them out.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from remote_keras.front_core.batch_core import RemoteBatchCore
+from remote_keras.front_core.dataframe import DataFrameCore
+from remote_keras.front_core.directory import DirectoryCore
+from remote_keras.front_core.pixels import keras_pixels
+from remote_keras.keras2 import keras_api
+from remote_keras.pipeline.batches import Pixels
+
+# Batches read before an epoch's own reads that it hands out again: Keras 2's reading of batch 0
+# for the spec, or, after an enqueuer ended the epoch, what it read ahead for the next one
+# (Keras 2's `max_queue_size`, 10 by default; more would be read again).
+_PEEKED = 1
+_ENQUEUED_AHEAD = 64
+
+
+class KerasHooks:
+    """Mixin for Keras 2's iterators: its `floatx`, data format, printer and `Iterator.__init__`."""
+
+    image_data_generator: Any
+
+    def batch_pixels(self) -> Pixels:
+        """Keras's `floatx` and the generator's transform and standardization, as they are now.
+
+        Returns:
+            The `Pixels` of the next batch (`remote_keras.front_core.pixels`).
+        """
+        stock = keras_api.ImageDataGenerator
+        return keras_pixels(self.image_data_generator, keras_api.floatx(), stock)
+
+    def _keras_floatx(self) -> str:
+        return keras_api.floatx()
+
+    def _keras_image_data_format(self) -> str:
+        return keras_api.image_data_format()
+
+    def _keras_print(self, message: str) -> None:
+        keras_api.print_msg(message)
+
+    def _keras_iterator_init(self, n: int, batch_size: int, shuffle: bool, seed: Any) -> None:
+        keras_api.Iterator.__init__(self, n, batch_size, shuffle, seed)
+
+
+class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
+    """`RemoteBatchCore` on Keras 2's `Iterator`, with Keras 2's epoch ends (module docstring)."""
+
+    _ended_by_enqueuer = False
+
+    def _finish_init(self) -> None:
+        super()._finish_init()
+        self._clock.keep_first = True  # Keras 2 begins no pass: keep the first reads only
+        self._clock.keep_limit = _PEEKED
+        if self.options.use_multiprocessing:
+            warnings.warn(
+                "Keras 2's fit takes `workers`, `use_multiprocessing` and `max_queue_size` as "
+                "its own arguments, not the iterator's: call `model.fit(iterator, workers=4, "
+                "use_multiprocessing=True)`.",
+                UserWarning,
+                stacklevel=4,
+            )
+
+    def on_epoch_end(self) -> None:
+        """Ends the epoch: the next batches come from the next epoch's order.
+
+        Keras 2 calls it at the end of each epoch of `fit`, `evaluate` and
+        `predict`; a loop of your own calls it after its epoch's last batch.
+        """
+        self._ensure_process()
+        by_enqueuer = keras_api.called_by_enqueuer()
+        with self.lock:
+            if self._ended_by_enqueuer and not by_enqueuer:
+                self._ended_by_enqueuer = False  # fit's call: the enqueuer ended this epoch
+                return
+            self._end_epochs(1)
+            self._ended_by_enqueuer = by_enqueuer
+            # The enqueuer's reads ahead, some still in flight, are the next epoch's.
+            self._clock.keep_limit = _ENQUEUED_AHEAD if by_enqueuer else _PEEKED
+
+    def next(self):
+        """The next batch of the stream (Keras 2 spells `next(iterator)` so too)."""
+        return self.__next__()
+
+
+class DataFrameIterator(KerasHooks, DataFrameCore, RemoteBatchMixin, keras_api.DataFrameIterator):
+    """Keras 2's `DataFrameIterator` over images named in a dataframe, local or remote.
+
+    Arguments, options and errors are those of the Keras 3 front's class of the same name.
+    """
+
+
+class DirectoryIterator(KerasHooks, DirectoryCore, RemoteBatchMixin, keras_api.DirectoryIterator):
+    """Keras 2's `DirectoryIterator` over a folder of class sub-folders, local or remote.
+
+    Arguments, options and errors are those of the Keras 3 front's class of the same name.
+    """
