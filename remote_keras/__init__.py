@@ -36,7 +36,9 @@ _MODULES = {
     "ImageDecodeError": "remote_keras.errors",
     "ImageLoadError": "remote_keras.errors",
     "InputStallCallback": "remote_keras.keras3.callbacks",
+    "InvalidRowsError": "remote_keras.errors",
     "Iterator": "remote_keras.keras3.keras_src",
+    "LoaderOptions": "remote_keras.pipeline.options",
     "LoaderStats": "remote_keras.pipeline.stats",
     "MissingBackendError": "remote_keras.errors",
     "NumpyArrayIterator": "remote_keras.keras3.keras_src",
@@ -54,7 +56,12 @@ _MODULES = {
 }
 
 if TYPE_CHECKING:
-    from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
+    from remote_keras.errors import (
+        ImageDecodeError,
+        ImageLoadError,
+        InvalidRowsError,
+        MissingBackendError,
+    )
     from remote_keras.keras3.backup import BackupAndRestore
     from remote_keras.keras3.callbacks import (
         DataVersionCallback,
@@ -67,6 +74,7 @@ if TYPE_CHECKING:
     from remote_keras.keras3.keras_src import Iterator, NumpyArrayIterator
     from remote_keras.keras3.workers import WorkerDiedError
     from remote_keras.pipeline.decoding import decode_image
+    from remote_keras.pipeline.options import LoaderOptions
     from remote_keras.pipeline.sharding import Shard
     from remote_keras.pipeline.stats import LoaderStats
     from remote_keras.storage.integrity import ChecksumMismatchError
@@ -97,7 +105,9 @@ __all__ = [
     "ImageDecodeError",
     "ImageLoadError",
     "InputStallCallback",
+    "InvalidRowsError",
     "Iterator",
+    "LoaderOptions",
     "LoaderStats",
     "MissingBackendError",
     "NumpyArrayIterator",
