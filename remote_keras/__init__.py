@@ -14,6 +14,10 @@ import os
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from remote_keras import _quiet
+
+_quiet.set_level()  # before TensorFlow loads; a level the user set is kept (see `_quiet`)
+
 if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes"):
     raise ImportError(
         "remote_keras supports Keras 3 (keras>=3, `import keras`), not the Keras 2 line that "
@@ -129,7 +133,8 @@ def __getattr__(name: str) -> Any:
     module = _MODULES.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    with _quiet.tensorflow_start():  # TensorFlow's start-up log kept out of the console
+        value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this function
     return value
 
