@@ -25,7 +25,7 @@ from remote_keras.testing import CountingProxy, S3Server
 from remote_keras.testing.base import free_port
 from remote_keras.testing.lakefs import LakeFSServer
 from remote_keras.testing.proxy import FaultPlan
-from tests.helpers import assert_same_batch
+from tests.helpers import assert_same_batch, epoch
 
 API = "/api/v1/repositories/{repository}"
 LIST = f"GET {API}/refs/{{ref}}/objects/ls"
@@ -64,10 +64,6 @@ def presigning(image_dir) -> Iterator[LakeFSServer]:
 def reset(server: LakeFSServer):
     assert server.data is not None
     return server.reset(), server.data.reset()
-
-
-def epoch(it) -> list:
-    return [it[i] for i in range(len(it))]
 
 
 def test_reads_go_to_the_data_server_only(image_dir, presigning):
