@@ -12,9 +12,9 @@ when `remote_keras` is imported):
   lines for the process (such as one per `tf.data` epoch end); its warnings and errors still
   show. The variable is left set: TensorFlow reads it lazily, and worker processes inherit it.
 - while its lazy attributes (`remote_keras.ImageDataGenerator`, ...) load TensorFlow for the
-  first time, the process's stderr (file descriptor 2) goes to a temporary file; afterwards
-  every line is written back except TensorFlow's and Abseil's INFO and WARNING log lines.
-  Errors, Python warnings and anything else come through, after the import.
+  first time, the process's stderr (file descriptor 2) goes through a pipe, and a thread
+  forwards every line to the real stderr as it comes, except TensorFlow's and Abseil's INFO
+  and WARNING log lines. Errors, Python warnings and anything else come through.
 
 A level the user set, to any value, is never changed, and nothing is filtered then.
 """
@@ -25,11 +25,12 @@ import contextlib
 import os
 import re
 import sys
-import tempfile
+import threading
 from collections.abc import Iterator
 
 LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
 LEVEL = "1"  # hides INFO: TensorFlow's warnings and errors still show
+JOIN_S = 10.0  # how long the end of a filtered block waits for the last lines
 
 # Whether the user chose TensorFlow's log level (then nothing here changes what it prints).
 USER_CHOSE = LEVEL_VARIABLE in os.environ
@@ -63,26 +64,42 @@ def tensorflow_start() -> Iterator[None]:
 
 @contextlib.contextmanager
 def filtered_stderr() -> Iterator[None]:
-    """Sends file descriptor 2 to a temporary file; writes back all but the log noise."""
+    """Sends file descriptor 2 through a pipe; a thread forwards all but the log noise.
+
+    Lines are forwarded as they come (a crash's last words are not held back), each once it
+    is complete; the block's end waits for the last ones.
+    """
     try:
         sys.stderr.flush()
         saved = os.dup(2)
     except (OSError, ValueError, AttributeError):  # no stderr to filter (pythonw, closed)
         yield
         return
+    read_end, write_end = os.pipe()
+    forward = threading.Thread(
+        target=_forward, args=(read_end, saved), name="remote_keras-stderr", daemon=True
+    )
+    forward.start()
+    os.dup2(write_end, 2)
+    os.close(write_end)
     try:
-        with tempfile.TemporaryFile() as captured:
-            os.dup2(captured.fileno(), 2)
-            try:
-                yield
-            finally:
-                with contextlib.suppress(OSError, ValueError, AttributeError):
-                    sys.stderr.flush()
-                os.dup2(saved, 2)
-                captured.seek(0)
-                kept = [line for line in captured if not _NOISE.fullmatch(line)]
-                data = b"".join(kept)
-                while data:
-                    data = data[os.write(2, data) :]
+        yield
     finally:
-        os.close(saved)
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            sys.stderr.flush()
+        os.dup2(saved, 2)  # the pipe's last write end closes: the thread reads to its end
+        # A process started meanwhile may hold the pipe open: then the thread goes on alone.
+        forward.join(JOIN_S)
+
+
+def _forward(read_end: int, out: int) -> None:
+    """Writes every line read from `read_end` to `out` but the noise; closes both at the end."""
+    try:
+        with open(read_end, "rb", closefd=False) as pipe:
+            for line in pipe:
+                if not _NOISE.fullmatch(line):
+                    while line:
+                        line = line[os.write(out, line) :]
+    finally:
+        os.close(read_end)
+        os.close(out)

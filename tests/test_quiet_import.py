@@ -88,3 +88,18 @@ def test_only_the_first_load_is_filtered_and_only_when_the_user_chose_no_level(
     with _quiet.tensorflow_start():
         os.write(2, NOISE)
     assert capfd.readouterr().err == ("" if filtered else NOISE.decode())
+
+
+def test_kept_lines_come_through_while_the_import_runs(capfd):
+    """Forwarded as they come, not at the end: a crash during the import still shows them."""
+    import time
+
+    seen = ""
+    with _quiet.filtered_stderr():
+        os.write(2, NOISE + KEPT)
+        deadline = time.monotonic() + 60  # a guard against hanging, not a speed test
+        while seen != KEPT.decode() and time.monotonic() < deadline:
+            time.sleep(0.01)
+            seen += capfd.readouterr().err
+        assert seen == KEPT.decode()
+    assert capfd.readouterr().err == ""
