@@ -184,7 +184,8 @@ def test_fit_with_shuffle_and_worker_threads_sees_every_sample(image_dir):
         assert sorted(np.concatenate(chunk).tolist()) == list(range(it.n))
 
 
-def _wait_until(condition, timeout: float = 5.0) -> None:
+def _wait_until(condition, timeout: float = 60.0) -> None:
+    """Until `condition()` holds: the timeout guards against a hang; it is not a speed test."""
     deadline = time.monotonic() + timeout
     while not condition() and time.monotonic() < deadline:
         gc.collect()  # Keras's iterators hold a reference cycle (their index generator)
