@@ -16,6 +16,10 @@ import os
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from remote_keras import _quiet
+
+_quiet.set_level()  # before TensorFlow loads; a level the user set is kept (see `_quiet`)
+
 # The public names load on first use (PEP 562), so that `import remote_keras.testing...`
 # (the local test servers) imports neither Keras nor TensorFlow. Names that differ by Keras
 # come from the front `_front()` picks (`remote_keras.keras3` or `remote_keras.keras2`).
@@ -36,6 +40,8 @@ _MODULES = {
     "FsspecLoader": "remote_keras.storage.loaders",
     "ImageDecodeError": "remote_keras.errors",
     "ImageLoadError": "remote_keras.errors",
+    "InvalidRowsError": "remote_keras.errors",
+    "LoaderOptions": "remote_keras.pipeline.options",
     "LoaderStats": "remote_keras.pipeline.stats",
     "MissingBackendError": "remote_keras.errors",
     "ObstoreLoader": "remote_keras.storage.loaders",
@@ -51,7 +57,12 @@ _MODULES = {
 }
 
 if TYPE_CHECKING:
-    from remote_keras.errors import ImageDecodeError, ImageLoadError, MissingBackendError
+    from remote_keras.errors import (
+        ImageDecodeError,
+        ImageLoadError,
+        InvalidRowsError,
+        MissingBackendError,
+    )
     from remote_keras.front_core.callbacks import EpochInputReport
     from remote_keras.front_core.workers import WorkerDiedError
     from remote_keras.keras3.backup import BackupAndRestore
@@ -61,6 +72,7 @@ if TYPE_CHECKING:
     from remote_keras.keras3.iterators import DataFrameIterator, DirectoryIterator
     from remote_keras.keras3.keras_src import Iterator, NumpyArrayIterator
     from remote_keras.pipeline.decoding import decode_image
+    from remote_keras.pipeline.options import LoaderOptions
     from remote_keras.pipeline.sharding import Shard
     from remote_keras.pipeline.stats import LoaderStats
     from remote_keras.storage.integrity import ChecksumMismatchError
@@ -91,7 +103,9 @@ __all__ = [
     "ImageDecodeError",
     "ImageLoadError",
     "InputStallCallback",
+    "InvalidRowsError",
     "Iterator",
+    "LoaderOptions",
     "LoaderStats",
     "MissingBackendError",
     "NumpyArrayIterator",
@@ -155,7 +169,8 @@ def __getattr__(name: str) -> Any:
         module = f"remote_keras.{front}.{front_module}"
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    with _quiet.tensorflow_start():  # TensorFlow's start-up log kept out of the console
+        value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this function
     return value
 

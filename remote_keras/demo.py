@@ -41,7 +41,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=224, help="target size (default 224)")
     args = parser.parse_args(argv)
 
-    import keras
+    from remote_keras import _quiet
+
+    with _quiet.tensorflow_start():  # TensorFlow's start-up log kept out of the demo's output
+        import keras
     import s3fs
 
     from remote_keras import ImageDataGenerator

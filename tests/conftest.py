@@ -99,6 +99,37 @@ def http_images(image_dir):
         yield server.url, df
 
 
+@pytest.fixture
+def no_aws_environment(monkeypatch, tmp_path):
+    """No AWS settings but those a test sets: no `AWS_*` variables, no `~/.aws` files, no
+    instance metadata. Returns the folder the missing credential files would be in."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def target():
+    """The lakeFS server of a module's tests: a real one named by `LAKEFS_*`, else the stand-in."""
+    from remote_keras.testing.lakefs_server import lakefs_target
+
+    with lakefs_target() as found:
+        print(f"lakeFS tests run against {found}")
+        yield found
+
+
+@pytest.fixture(scope="module")
+def client(target):
+    """A lakeFS SDK client of `target`."""
+    from lakefs.client import Client
+
+    return Client(**target.storage_options)
+
+
 @pytest.fixture(scope="session")
 def terminal_line(pytestconfig):
     """Writes a line to the terminal even while output is captured (which server a test uses)."""
@@ -119,11 +150,13 @@ def no_leaked_threads():
     yield
     import gc
 
-    deadline = 50
-    while deadline and _our_threads():
+    # Threads end once their work is cancelled, however slowly a loaded machine runs them:
+    # the limit only keeps a leak from hanging the run (60 s, not a speed test).
+    polls = 600
+    while polls and _our_threads():
         gc.collect()  # Keras's iterators hold a reference cycle (their index generator)
         threading.Event().wait(0.1)
-        deadline -= 1
+        polls -= 1
     assert not _our_threads(), f"threads left behind: {_our_threads()}"
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 from fsspec.exceptions import FSTimeoutError
@@ -67,3 +71,98 @@ def put_objects(fs, objects: Mapping[str, bytes], timeout_s: float = 30, attempt
             except FSTimeoutError:
                 if attempt == attempts - 1:
                     raise
+
+
+def epoch(it, before_batch: Callable[[int], None] | None = None) -> list:
+    """Every batch of `it`, in order; `before_batch(i)` runs before batch `i` is asked for."""
+    batches = []
+    for i in range(len(it)):
+        if before_batch is not None:
+            before_batch(i)
+        batches.append(it[i])
+    return batches
+
+
+class SlowLoader:
+    """Reads local files after `delay` seconds each, recording concurrency and what it read."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.active = 0
+        self.peak = 0
+        self.calls = 0
+        self.paths: dict[str, int] = {}  # path -> reads
+        self._changed = threading.Condition()
+
+    def __call__(self, path: str) -> bytes:
+        with self._changed:
+            self.active += 1
+            self.calls += 1
+            self.paths[path] = self.paths.get(path, 0) + 1
+            self.peak = max(self.peak, self.active)
+            self._changed.notify_all()
+        try:
+            self.wait(path)
+            with open(path, "rb") as f:
+                return f.read()
+        finally:
+            with self._changed:
+                self.active -= 1
+                self._changed.notify_all()
+
+    def wait(self, path: str) -> None:
+        time.sleep(self.delay)
+
+    def wait_for_calls(self, calls: int, timeout_s: float = 60) -> bool:
+        """Whether `calls` reads have started (the timeout guards against a hang only)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.calls >= calls, timeout_s)
+
+    def wait_for_active(self, active: int, timeout_s: float = 60) -> bool:
+        """Whether `active` reads are in progress at once (the timeout guards against a hang)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.active >= active, timeout_s)
+
+
+class GatedLoader(SlowLoader):
+    """A `SlowLoader` whose reads all wait until `gate` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def wait(self, path: str) -> None:
+        assert self.gate.wait(60), "the test never opened the gate"
+
+
+def fit_record(iterator: Any, epochs: int, shuffle: bool = False) -> list[tuple[str, tuple]]:
+    """What `model.fit` trained on, step by step: a digest of `x`, and the labels in `y`.
+
+    The labels are the class of each one-hot row (`class_mode="categorical"`), else `y`'s
+    values as integers. The model is tiny and runs eagerly, so that every step is seen.
+    """
+    import keras
+    import numpy as np
+
+    outputs = len(iterator.class_indices) if iterator.class_mode == "categorical" else 1
+
+    class RecordingModel(keras.Model):
+        def __init__(self) -> None:
+            super().__init__()
+            self.flatten = keras.layers.Flatten()
+            self.dense = keras.layers.Dense(outputs)
+            self.seen: list[tuple[str, tuple]] = []
+
+        def call(self, x: Any) -> Any:
+            return self.dense(self.flatten(x))
+
+        def train_step(self, data: Any) -> Any:
+            x, y = np.asarray(data[0]), np.asarray(data[1])
+            labels = y.argmax(axis=1) if y.ndim == 2 else y
+            self.seen.append((hashlib.sha256(x.tobytes()).hexdigest(), tuple(map(int, labels))))
+            return super().train_step(data)
+
+    model = RecordingModel()
+    model.compile("sgd", "mse", run_eagerly=True)
+    model.fit(iterator, epochs=epochs, shuffle=shuffle, verbose=0)
+    return model.seen

@@ -12,18 +12,8 @@ from remote_keras.storage.loaders import FsspecLoader, ObstoreLoader, choose_loa
 from tests.helpers import assert_same_batch
 
 
-@pytest.fixture
-def no_aws_settings(monkeypatch, tmp_path):
-    """An environment where only explicit options configure S3 (no profile, no ~/.aws)."""
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_CA_BUNDLE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    return tmp_path
-
-
 def test_default_reads_s3_with_obstore_one_get_per_image_same_batches(
-    s3_images, s3_options, s3_proxy, no_aws_settings, caplog
+    s3_images, s3_options, s3_proxy, no_aws_environment, caplog
 ):
     url, df = s3_images
     gen = rk.ImageDataGenerator(storage_options=s3_options)
@@ -54,7 +44,7 @@ def test_default_reads_s3_with_obstore_one_get_per_image_same_batches(
     ],
 )
 def test_what_only_botocore_reads_keeps_fsspec_and_says_why(
-    setting, reason, monkeypatch, no_aws_settings
+    setting, reason, monkeypatch, no_aws_environment
 ):
     options: dict = {}
     if setting == "profile":
@@ -63,7 +53,7 @@ def test_what_only_botocore_reads_keeps_fsspec_and_says_why(
         for name in ("AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE"):
             monkeypatch.delenv(name, raising=False)
     elif setting == "config":
-        (no_aws_settings / "no-config").write_text("[default]\nregion = eu-west-1\n")
+        (no_aws_environment / "no-config").write_text("[default]\nregion = eu-west-1\n")
     elif setting == "ca_bundle":
         monkeypatch.setenv("AWS_CA_BUNDLE", "/etc/ssl/company.pem")
         options = {"key": "k", "secret": "s", "endpoint_url": "https://minio.example:9000"}
@@ -79,7 +69,7 @@ def test_what_only_botocore_reads_keeps_fsspec_and_says_why(
     assert "s3cr3t" not in why and "k3y" not in why  # option names, never values
 
 
-def test_explicit_keys_and_http_endpoints_use_obstore(monkeypatch, no_aws_settings):
+def test_explicit_keys_and_http_endpoints_use_obstore(monkeypatch, no_aws_environment):
     monkeypatch.setenv("AWS_CA_BUNDLE", "/etc/ssl/company.pem")  # irrelevant over http://
     options = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": "http://127.0.0.1:9"}}
     loader, why = choose_loader("s3://bucket/x.png", options)

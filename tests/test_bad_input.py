@@ -36,19 +36,9 @@ def test_errors_while_checking_filenames_keep_the_scheme(s3_images, s3_options):
     assert "wrong-secret-123" not in str(info.value)
 
 
-@pytest.fixture
-def no_aws_credentials(monkeypatch, tmp_path):
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
 @pytest.mark.parametrize("validate_filenames", [True, False])
 def test_no_credentials_at_all_say_where_to_put_them(
-    s3_images, s3_options, no_aws_credentials, validate_filenames
+    s3_images, s3_options, no_aws_environment, validate_filenames
 ):
     url, df = s3_images
     options = {k: v for k, v in s3_options.items() if k not in ("key", "secret")}

@@ -12,30 +12,7 @@ import numpy as np
 import pytest
 
 import remote_keras as rk
-
-
-class SlowLoader:
-    """Reads local files after a fixed delay, recording concurrency."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-        self.active = 0
-        self.peak = 0
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, path: str) -> bytes:
-        with self._lock:
-            self.active += 1
-            self.calls += 1
-            self.peak = max(self.peak, self.active)
-        try:
-            time.sleep(self.delay)
-            with open(path, "rb") as f:
-                return f.read()
-        finally:
-            with self._lock:
-                self.active -= 1
+from tests.helpers import GatedLoader, SlowLoader
 
 
 def our_threads() -> list[str]:
@@ -44,31 +21,36 @@ def our_threads() -> list[str]:
 
 def test_files_of_a_batch_are_fetched_concurrently_and_bounded(image_dir):
     directory, df = image_dir
-    loader = SlowLoader(0.05)
+    loader = GatedLoader()
     gen = rk.ImageDataGenerator(loader=loader)
     with gen.flow_from_dataframe(
         df, directory, batch_size=21, max_in_flight=8, prefetch_batches=0
     ) as it:
-        start = time.perf_counter()
-        it[0]
-        elapsed = time.perf_counter() - start
+        with ThreadPoolExecutor(1) as pool:
+            batch = pool.submit(it.__getitem__, 0)
+            # Eight reads of the batch wait at once, none of them finished: concurrent.
+            assert loader.wait_for_active(8), f"only {loader.active} reads at once"
+            loader.gate.set()
+            x, _ = batch.result(timeout=60)
+    assert x.shape[0] == 21 and loader.calls == 21
     assert loader.peak == 8  # bounded by max_in_flight, and actually reached
-    assert elapsed < 21 * 0.05 / 2  # far below the serial time
 
 
 def test_in_order_reads_are_prefetched(image_dir):
     directory, df = image_dir
-    loader = SlowLoader(0.1)
+    loader = SlowLoader(0.0)
     gen = rk.ImageDataGenerator(loader=loader)
     with gen.flow_from_dataframe(df, directory, batch_size=3, shuffle=False) as it:
-        it[0]
-        time.sleep(0.5)  # the model trains; the next batches load meanwhile
-        fetched_ahead = loader.calls - 3
-        start = time.perf_counter()
+        ahead = 3 * it.options.prefetch_batches
+        it[0]  # the model trains on it; the next batches load meanwhile
+        assert loader.wait_for_calls(3 + ahead), f"{loader.calls - 3} files read ahead"
+        read_before = dict(loader.paths)
         it[1]
-        waited = time.perf_counter() - start
-    assert fetched_ahead >= 3 * it.options.prefetch_batches
-    assert waited < 0.05
+        read_after = dict(loader.paths)
+    batch_1 = it.filepaths[3:6]
+    # Batch 1 came from what was read ahead: its files had been read, and were not read again.
+    assert all(read_before.get(path) == 1 for path in batch_1), read_before
+    assert all(read_after[path] == 1 for path in batch_1)
 
 
 def test_random_order_does_not_prefetch_wrongly(image_dir):
@@ -202,7 +184,8 @@ def test_fit_with_shuffle_and_worker_threads_sees_every_sample(image_dir):
         assert sorted(np.concatenate(chunk).tolist()) == list(range(it.n))
 
 
-def _wait_until(condition, timeout: float = 5.0) -> None:
+def _wait_until(condition, timeout: float = 60.0) -> None:
+    """Until `condition()` holds: the timeout guards against a hang; it is not a speed test."""
     deadline = time.monotonic() + timeout
     while not condition() and time.monotonic() < deadline:
         gc.collect()  # Keras's iterators hold a reference cycle (their index generator)

@@ -9,7 +9,7 @@ import pytest
 
 import remote_keras as rk
 from remote_keras.testing.proxy import CountingProxy, FaultPlan
-from tests.helpers import AUGMENT, assert_same_batch, noise_png
+from tests.helpers import AUGMENT, assert_same_batch, epoch, noise_png
 
 KINDS = ("503", "500", "429", "reset-before", "reset-mid-body", "truncate")
 FAST = rk.RetryPolicy(attempts=8, budget=200, backoff_s=0.01, max_backoff_s=0.05, timeout_s=5)
@@ -27,21 +27,21 @@ def many_images(s3_server):
     return f"s3://{prefix}", pd.DataFrame({"filename": names, "class": [n[0] for n in names]})
 
 
-def read_epoch(options, url, df, loader):
+def epoch_and_stats(options, url, df, loader):
     gen = rk.ImageDataGenerator(**AUGMENT, storage_options=options, loader=loader, retries=FAST)
     with gen.flow_from_dataframe(
         df, url, target_size=(6, 6), batch_size=16, seed=5, validate_filenames=False
     ) as it:
-        return [it[i] for i in range(len(it))], it.stats
+        return epoch(it), it.stats
 
 
 @pytest.mark.parametrize("loader", ["fsspec", "obstore"])
 def test_five_percent_faults_change_nothing_on_s3(many_images, s3_options, s3_proxy, loader):
     url, df = many_images
-    clean, _ = read_epoch(s3_options, url, df, loader)
+    clean, _ = epoch_and_stats(s3_options, url, df, loader)
     s3_proxy.set_faults(FaultPlan(rate=0.05, seed=7, kinds=KINDS))
     try:
-        faulty, stats = read_epoch(s3_options, url, df, loader)
+        faulty, stats = epoch_and_stats(s3_options, url, df, loader)
         injected = sum(s3_proxy.faults_injected.values())
     finally:
         s3_proxy.set_faults(None)
@@ -54,7 +54,7 @@ def test_five_percent_faults_change_nothing_on_s3(many_images, s3_options, s3_pr
 def test_a_stalled_request_never_hangs_training(many_images, s3_options, s3_proxy):
     url, df = many_images
     df = df[:32]
-    clean, _ = read_epoch(s3_options, url, df, "obstore")
+    clean, _ = epoch_and_stats(s3_options, url, df, "obstore")
     s3_proxy.set_faults(FaultPlan(rate=0.2, seed=3, kinds=("stall",), stall_s=3,
                                   max_faults_per_key=1))  # fmt: skip
     policy = rk.RetryPolicy(attempts=3, backoff_s=0.01, timeout_s=1.0)

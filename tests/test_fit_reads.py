@@ -14,30 +14,12 @@ import pytest
 from keras.src.legacy.preprocessing import image as keras_image
 
 import remote_keras as rk
-
-
-class RecordingModel(keras.Model):
-    """A tiny model that records the `y` of every batch it trains on (eagerly)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.flatten = keras.layers.Flatten()
-        self.dense = keras.layers.Dense(1)
-        self.seen: list[list[int]] = []
-
-    def call(self, x):
-        return self.dense(self.flatten(x))
-
-    def train_step(self, data):
-        self.seen.append([int(v) for v in np.asarray(data[1])])
-        return super().train_step(data)
+from tests.helpers import fit_record
 
 
 def _fit_record(iterator, epochs: int, shuffle: bool = True) -> list[list[int]]:
-    model = RecordingModel()
-    model.compile("sgd", "mse", run_eagerly=True)
-    model.fit(iterator, epochs=epochs, shuffle=shuffle, verbose=0)
-    return model.seen
+    """The labels of every batch `fit` trained on, step by step."""
+    return [list(labels) for _, labels in fit_record(iterator, epochs, shuffle)]
 
 
 def _indexed(df: pd.DataFrame) -> pd.DataFrame:

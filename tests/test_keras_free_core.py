@@ -25,7 +25,13 @@ from tests.helpers import assert_same_batch
 # Modules that must import without Keras or TensorFlow: everything outside the Keras fronts
 # (their shared core, `front_core`, included).
 CORE_PACKAGES = ("remote_keras.storage", "remote_keras.pipeline", "remote_keras.front_core")
-CORE_MODULES = ("remote_keras", "remote_keras.errors", "remote_keras.causes", "remote_keras.demo")
+CORE_MODULES = (
+    "remote_keras",
+    "remote_keras._quiet",
+    "remote_keras.errors",
+    "remote_keras.causes",
+    "remote_keras.demo",
+)
 # Modules of the Keras front that need no Keras to import (they use it when called).
 FRONT_WITHOUT_KERAS = (
     "remote_keras.keras2",

@@ -16,26 +16,12 @@ import lakefs
 import numpy as np
 import pytest
 from keras.src.legacy.preprocessing import image as keras_image
-from lakefs.client import Client
 from lakefs_spec import LakeFSFileSystem
 
 import remote_keras as rk
 from remote_keras.keras3.callbacks import DataVersionCallback
 from remote_keras.storage.records import write_data_version
-from remote_keras.testing.lakefs_server import LakeFSTarget, lakefs_target
 from tests.helpers import assert_same_batch
-
-
-@pytest.fixture(scope="module")
-def target() -> Iterator[LakeFSTarget]:
-    with lakefs_target() as found:
-        print(f"lakeFS tests run against {found}")
-        yield found
-
-
-@pytest.fixture(scope="module")
-def client(target) -> Client:
-    return Client(**target.storage_options)
 
 
 @pytest.fixture(scope="module")

@@ -19,25 +19,12 @@ import pandas as pd
 import pytest
 import yaml
 from keras.src.legacy.preprocessing import image as keras_image
-from lakefs.client import Client
 from lakefs_spec import LakeFSFileSystem
 
 import remote_keras as rk
-from remote_keras.testing.lakefs import LakeFSTarget, lakefs_target
-from tests.helpers import assert_same_batch
+from tests.helpers import assert_same_batch, epoch
 
 KW = dict(target_size=(8, 8), batch_size=4, shuffle=True, seed=3)
-
-
-@pytest.fixture(scope="module")
-def target() -> Iterator[LakeFSTarget]:
-    with lakefs_target() as found:
-        yield found
-
-
-@pytest.fixture(scope="module")
-def client(target) -> Client:
-    return Client(**target.storage_options)
 
 
 @pytest.fixture
@@ -61,10 +48,6 @@ def repo(target, client, image_dir) -> Iterator[str]:
 
 def head(client, repo, ref="main") -> str:
     return lakefs.Reference(repo, ref, client=client).get_commit().id
-
-
-def epoch(it) -> list:
-    return [it[i] for i in range(len(it))]
 
 
 def fewer_labels(df: pd.DataFrame) -> bytes:

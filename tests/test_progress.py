@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -38,17 +39,32 @@ def test_a_slow_listing_keeps_the_bar_ticking(
     immediate_bars, terminal, monkeypatch, s3_images, s3_options, capsys
 ):
     url, _ = s3_images
-    real_find = locations.find
+    real_find, real_tick = locations.find, progress._tick
+    ticks = threading.Semaphore(0)
+
+    def counting_tick(bar, stop):
+        redraw = bar.refresh
+
+        def refresh(*args, **kwargs):
+            redraw(*args, **kwargs)
+            ticks.release()
+
+        bar.refresh = refresh
+        real_tick(bar, stop)
 
     def slow_find(*args, **kwargs):
-        time.sleep(1.0)  # one blocking call, like paging through a million keys
+        # One blocking call, like paging through a million keys: it lasts three redraws.
+        for _ in range(3):
+            assert ticks.acquire(timeout=60), "the bar was not redrawn while the listing waited"
         return real_find(*args, **kwargs)
 
+    monkeypatch.setattr(progress, "_tick", counting_tick)
     monkeypatch.setattr(locations, "find", slow_find)
     with rk.ImageDataGenerator(storage_options=s3_options).flow_from_directory(url):
         pass
     err = capsys.readouterr().err
-    assert err.count(f"Listing {url}") >= 4  # redrawn with the elapsed time while it waits
+    # Drawn when it started, redrawn three times with the elapsed time, and once when closed.
+    assert err.count(f"Listing {url}") >= 4
 
 
 def test_a_bar_written_to_a_file_is_not_redrawn(
@@ -58,7 +74,7 @@ def test_a_bar_written_to_a_file_is_not_redrawn(
     real_find = locations.find
 
     def slow_find(*args, **kwargs):
-        time.sleep(1.0)
+        time.sleep(0.5)  # five ticks' time: a bar written to a file must not use them
         return real_find(*args, **kwargs)
 
     monkeypatch.setattr(locations, "find", slow_find)

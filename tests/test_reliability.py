@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import random
 import threading
@@ -18,7 +19,7 @@ import remote_keras as rk
 from remote_keras import errors
 from remote_keras.storage.retry import RetryPolicy, fetch_with_retries, is_transient
 from tests.conftest import make_image
-from tests.helpers import AUGMENT, assert_same_batch
+from tests.helpers import AUGMENT, assert_same_batch, epoch
 
 
 class Status503(Exception):
@@ -129,10 +130,6 @@ class RandomFaults:
             return f.read()
 
 
-def epoch(it) -> list:
-    return [it[i] for i in range(len(it))]
-
-
 def test_a_faulty_epoch_equals_the_fault_free_one(image_dir):
     directory, df = image_dir
     kwargs = dict(target_size=(8, 8), batch_size=4, seed=7)
@@ -150,21 +147,27 @@ def test_a_faulty_epoch_equals_the_fault_free_one(image_dir):
 
 def test_a_stalled_request_times_out_and_is_retried(image_dir):
     directory, df = image_dir
-    stalled = set()
+    stalled, release = set(), threading.Event()
+    still_stalled = []  # first reads of each file, held until the test ends
 
     def stalls_once(path):
         if path not in stalled:
             stalled.add(path)
-            time.sleep(2)
+            still_stalled.append(path)
+            release.wait(60)  # no answer: the retry policy's timeout must cut it
+            still_stalled.remove(path)
         with open(path, "rb") as f:
             return f.read()
 
     gen = rk.ImageDataGenerator(loader=stalls_once, retries=RetryPolicy(timeout_s=0.2))
-    with gen.flow_from_dataframe(df, directory, batch_size=3, prefetch_batches=0) as it:
-        start = time.perf_counter()
-        x, _ = it[0]
-        assert time.perf_counter() - start < 1.5
-        assert it.retries_made == 3 and x.shape[0] == 3
+    try:
+        with gen.flow_from_dataframe(df, directory, batch_size=3, prefetch_batches=0) as it:
+            x, _ = it[0]
+            # The batch came from the retries while its first reads were still unanswered.
+            assert len(still_stalled) == 3
+            assert it.retries_made == 3 and x.shape[0] == 3
+    finally:
+        release.set()
 
 
 def corrupt_dataset() -> pd.DataFrame:
@@ -284,25 +287,38 @@ def test_keyboard_interrupt_stops_background_work_promptly(image_dir):
     import signal
 
     directory, df = image_dir
-    calls = []
+    calls, closed, release = [], threading.Event(), threading.Event()
 
     def slow(path):
-        calls.append(time.monotonic())
-        time.sleep(0.2)
+        calls.append(closed.is_set())
+        if len(calls) == 2:  # both reads the batch may have in flight have started: Ctrl-C
+            os.kill(os.getpid(), signal.SIGINT)
+        release.wait(60)
         with open(path, "rb") as f:
             return f.read()
 
     gen = rk.ImageDataGenerator(loader=slow)
     it = gen.flow_from_dataframe(df, directory, batch_size=21, max_in_flight=2)
-    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))  # a real Ctrl-C
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        with it:
-            it[0]  # 21 files, 2 at a time: ~2 s unless interrupted
-    stopped = time.monotonic()
-    time.sleep(0.6)
-    assert len(calls) < 21
-    assert not [c for c in calls if c > stopped + 0.05]  # nothing new started after close()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with it:
+                it[0]  # 21 files, 2 at a time: held until released, unless interrupted
+        closed.set()
+    finally:
+        release.set()  # the two reads in flight finish now; nothing may start after them
+    _wait_for_no_threads()
+    assert len(calls) == 2
+    assert calls == [False, False]  # nothing new started after close()
+
+
+def _wait_for_no_threads(timeout_s: float = 60) -> None:
+    """Until no thread of the package runs (a guard against hanging, not a speed test)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        gc.collect()
+        if not [t for t in threading.enumerate() if t.name.startswith("remote_keras-")]:
+            return
+        time.sleep(0.02)
 
 
 def test_secrets_never_reach_reprs_errors_warnings_or_logs(s3_images, s3_options, caplog):

@@ -57,7 +57,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         self._planner = EpochPlanner(self, self.shard)
         self.filesystems = locations.FileSystems(opts.storage_options)
         timeout_s = opts.retry_policy.timeout_s  # "auto": the loader is set in _finish_init
-        self.loader = make_loader(opts.loader, opts.storage_options, timeout_s)
+        self.loader = make_loader(opts.loader, opts.storage_options, timeout_s, opts.pre_sign)
         self.loader_choice = "given" if callable(opts.loader) else str(opts.loader)
         cache = opts.cache_dir
         self.cache = DiskCache(cache, opts.cache_max_bytes) if cache is not None else None
@@ -94,7 +94,10 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         if self.options.loader == "auto":
             read = self._filepaths[0] if self._filepaths else str(self.directory or "")
             self.loader, self.loader_choice = choose_loader(
-                read, self.options.storage_options, self.options.retry_policy.timeout_s
+                read,
+                self.options.storage_options,
+                self.options.retry_policy.timeout_s,
+                self.options.pre_sign,
             )
             self._fetcher.loader = self.loader
         presign.expect(self.loader, self._filepaths)  # lakeFS: addresses listed ahead of reads

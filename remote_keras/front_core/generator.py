@@ -7,6 +7,7 @@ iterator classes (`dataframe_iterator`, `directory_iterator`).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from typing_extensions import Unpack
@@ -22,6 +23,34 @@ _DEPRECATED_DATAFRAME_KWARGS = {
 }
 
 
+class GeneratorArguments(LoaderOverrides, total=False):
+    """The generator's keyword arguments: Keras's `ImageDataGenerator`'s, and `LoaderOverrides`."""
+
+    featurewise_center: bool
+    samplewise_center: bool
+    featurewise_std_normalization: bool
+    samplewise_std_normalization: bool
+    zca_whitening: bool
+    zca_epsilon: float
+    rotation_range: float
+    width_shift_range: float | Sequence[float]
+    height_shift_range: float | Sequence[float]
+    brightness_range: Sequence[float] | None
+    shear_range: float
+    zoom_range: float | Sequence[float]
+    channel_shift_range: float
+    fill_mode: str
+    cval: float
+    horizontal_flip: bool
+    vertical_flip: bool
+    rescale: float | None
+    preprocessing_function: Callable[..., Any] | None
+    data_format: str | None
+    validation_split: float
+    interpolation_order: int
+    dtype: Any
+
+
 class GeneratorCore:
     """What both fronts' `ImageDataGenerator` add to Keras's: options and `flow_from_*`."""
 
@@ -31,8 +60,13 @@ class GeneratorCore:
     data_format: str
     dtype: str
 
-    def __init__(self, *args: Any, options: LoaderOptions | None = None, **kwargs: Any) -> None:
-        ours, keras_kwargs = split(kwargs)
+    def __init__(
+        self,
+        *args: Any,
+        options: LoaderOptions | None = None,
+        **kwargs: Unpack[GeneratorArguments],
+    ) -> None:
+        ours, keras_kwargs = split(dict(kwargs))
         self.options = (options or LoaderOptions()).merged(ours)
         super().__init__(*args, **keras_kwargs)
 

@@ -71,9 +71,13 @@ class RemoteFiles:
         self._pinner = Pinner(self.filesystems)
         timeout_s = options.retry_policy.timeout_s
         if options.loader == "auto":
-            self.loader, _ = choose_loader(directory, options.storage_options, timeout_s)
+            self.loader, _ = choose_loader(
+                directory, options.storage_options, timeout_s, options.pre_sign
+            )
         else:
-            self.loader = make_loader(options.loader, options.storage_options, timeout_s)
+            self.loader = make_loader(
+                options.loader, options.storage_options, timeout_s, options.pre_sign
+            )
         cache = options.cache_dir
         self.cache = DiskCache(cache, options.cache_max_bytes) if cache is not None else None
         self.stats = StatsRecorder()

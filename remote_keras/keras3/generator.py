@@ -24,7 +24,8 @@ class ImageDataGenerator(GeneratorCore, legacy_image.ImageDataGenerator):
         options: A `LoaderOptions` to start from (the keyword arguments
             below override its fields).
         **kwargs: Keyword arguments of Keras's `ImageDataGenerator`, and
-            `LoaderOptions` fields.
+            `LoaderOptions` fields (typed together as `GeneratorArguments`;
+            `flow_from_*` take the same `LoaderOverrides`).
 
     Example:
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
 from remote_keras.storage.loaders import LOADER_NAMES, Loader
+from remote_keras.storage.presign import presign_mode, refuse_in_storage_options
 from remote_keras.storage.retry import RetryPolicy, as_policy
 
 OnError = Literal["raise", "skip"]
@@ -95,6 +96,12 @@ class LoaderOptions:
             `listings/` in `cache_dir` when one is given, else
             `$XDG_CACHE_HOME/remote_keras/listings` (`~/.cache/remote_keras/listings`).
             `False` turns the disk listing cache off, for lakeFS too.
+        pre_sign: Whether `lakefs://` images are read from presigned URLs of
+            the lakeFS server's object store (one GET each, not through the
+            lakeFS server): `None` (the default) when the server supports
+            them, `True` always (an error where it does not), `False` never.
+            A keyword of its own, never inside `storage_options`. Applies to
+            the named loaders (`"auto"`, `"fsspec"`, `"obstore"`).
     """
 
     loader: Loader | str = "auto"
@@ -117,6 +124,7 @@ class LoaderOptions:
     progress: bool = True
     listing_cache_s: float | None = None
     listing_cache_dir: str | os.PathLike[str] | Literal[False] | None = None
+    pre_sign: bool | None = None
 
     def __post_init__(self) -> None:
         _check(self)
@@ -169,6 +177,7 @@ class LoaderOverrides(TypedDict, total=False):
     progress: bool
     listing_cache_s: float | None
     listing_cache_dir: str | os.PathLike[str] | Literal[False] | None
+    pre_sign: bool | None
 
 
 NAMES = tuple(field.name for field in dataclasses.fields(LoaderOptions))
@@ -199,9 +208,10 @@ def _check(options: LoaderOptions) -> None:
 
     Raises:
         TypeError: a value of the wrong type (`loader`, `storage_options`,
-            `retries`, `verify_checksums`, `cache_dir`).
-        ValueError: a value out of range (`on_error`, `shard_remainder`, the
-            integer options).
+            `retries`, `verify_checksums`, `cache_dir`), or `pre_sign` inside
+            `storage_options`.
+        ValueError: a value out of range (`on_error`, `shard_remainder`,
+            `pre_sign`, the integer options).
     """
     loader = options.loader
     if not callable(loader) and not (isinstance(loader, str) and loader in LOADER_NAMES):
@@ -215,6 +225,8 @@ def _check(options: LoaderOptions) -> None:
             "`storage_options` must be a dict of fsspec options (credentials, endpoint, ...). "
             f"Received: storage_options of type {type(options.storage_options).__name__}"
         )
+    refuse_in_storage_options(options.storage_options)
+    presign_mode(options.pre_sign)
     if options.on_error not in ON_ERROR:
         raise ValueError(f'`on_error` must be "raise" or "skip". Received: {options.on_error!r}')
     if options.shard_remainder not in SHARD_REMAINDERS:

@@ -124,9 +124,9 @@ class BatchReader:
         timeout_s = opts.retry_policy.timeout_s
         if opts.loader == "auto":
             first = paths[0] if len(paths) else ""
-            self.loader, _ = choose_loader(first, opts.storage_options, timeout_s)
+            self.loader, _ = choose_loader(first, opts.storage_options, timeout_s, opts.pre_sign)
         else:
-            self.loader = make_loader(opts.loader, opts.storage_options, timeout_s)
+            self.loader = make_loader(opts.loader, opts.storage_options, timeout_s, opts.pre_sign)
         cache = opts.cache_dir
         self.cache = DiskCache(cache, opts.cache_max_bytes) if cache is not None else None
         self._stats = StatsRecorder()

@@ -42,19 +42,11 @@ PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
-# Storage options remote_keras reads itself and never passes to a filesystem.
-OWN_OPTIONS = frozenset({"pre_sign"})  # `remote_keras.storage.presign`
-
 # Filesystems a forked process inherited; kept alive, never used.
 _INHERITED: list[AbstractFileSystem] = []
 
 # Protocols whose servers cannot list a prefix; existence is checked per file.
 _UNLISTABLE = {"http", "https"}
-
-
-def without_own_options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Returns a copy of `storage_options` without remote_keras's own keys (`OWN_OPTIONS`)."""
-    return {k: v for k, v in (storage_options or {}).items() if k not in OWN_OPTIONS}
 
 
 def is_url(path: str) -> bool:
@@ -114,7 +106,7 @@ class FileSystems:
     def __init__(
         self, storage_options: Mapping[str, Any] | None = None, timeout_s: float | None = None
     ) -> None:
-        self.storage_options = without_own_options(storage_options)
+        self.storage_options = dict(storage_options or {})
         self.timeout_s = timeout_s
         self._cache: dict[str, AbstractFileSystem] = {}
         self._pid = os.getpid()

@@ -22,10 +22,12 @@ reads with the new addresses. A 403 to a freshly signed address is a
 `ConnectionError` naming that server, retried up to the retry policy's
 deadline like any transient failure.
 
-`storage_options={"pre_sign": ...}` chooses: `None` (or absent, the
-default) presigns when the server supports it, `True` requires it, `False`
-always reads through the lakeFS server (`GET .../objects`). The option is
-remote_keras's own; it never reaches lakefs-spec.
+The `pre_sign` option (a keyword argument of the generator, its
+`flow_from_*` methods and `image_dataset_from_directory`, and of
+`FsspecLoader`) chooses: `None` (the default) presigns when the server
+supports it, `True` requires it, `False` always reads through the lakeFS
+server (`GET .../objects`). It is remote_keras's own, not a storage option:
+inside `storage_options` it is refused with a message saying where it goes.
 """
 
 from __future__ import annotations
@@ -64,19 +66,31 @@ class StoreResponseError(OSError):
         return str(self.args[0])
 
 
-def presign_mode(storage_options: Mapping[str, Any] | None) -> bool | None:
-    """Returns the `pre_sign` storage option: `None` (automatic), `True` or `False`.
+def presign_mode(mode: Any) -> bool | None:
+    """Returns `mode` checked as a `pre_sign` value: `None` (automatic), `True` or `False`.
 
     Raises:
-        ValueError: the option is not `None`, `True` or `False`.
+        ValueError: `mode` is not `None`, `True` or `False`.
     """
-    mode = (storage_options or {}).get(OPTION)
-    if mode not in (None, True, False):
+    if mode is not None and mode is not True and mode is not False:
         raise ValueError(
-            f"storage_options['{OPTION}'] must be None (automatic), True or False. "
-            f"Received: {mode!r}"
+            f"`{OPTION}` must be None (automatic), True or False. Received: {OPTION}={mode!r}"
         )
     return mode
+
+
+def refuse_in_storage_options(storage_options: Mapping[str, Any] | None) -> None:
+    """Raises if `storage_options` holds `pre_sign`, remote_keras's own keyword argument.
+
+    Raises:
+        TypeError: naming the keyword argument to use instead.
+    """
+    if storage_options is not None and OPTION in storage_options:
+        raise TypeError(
+            f"`{OPTION}` is a keyword argument of remote_keras, not a storage option: pass "
+            f"`{OPTION}={storage_options[OPTION]!r}` next to `storage_options` (to the "
+            "generator, `flow_from_*`, `image_dataset_from_directory` or `FsspecLoader`)"
+        )
 
 
 class _Folder:
@@ -254,7 +268,7 @@ class PresignedReader:
                     self._support[host] = supported
         if not supported and self.mode is True:
             raise ValueError(
-                f"storage_options['{OPTION}']=True, but the lakeFS server of "
+                f"{OPTION}=True, but the lakeFS server of "
                 f"{errors.redact(url)!r} does not support presigned URLs "
                 "(its storage config has pre_sign_support=false)"
             )
@@ -326,7 +340,7 @@ class PresignedReader:
             return PermissionError(
                 f"Access denied to {shown!r}: the object store refused a freshly presigned URL "
                 f"({status}); check the store's policy, or read through the "
-                f"lakeFS server with storage_options={{'{OPTION}': False}}"
+                f"lakeFS server with {OPTION}=False"
             )
         message = f"the object store answered {status} to a presigned GET"
         return errors.translate(url, StoreResponseError(message, status))

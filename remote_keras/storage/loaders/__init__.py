@@ -50,20 +50,22 @@ def make_loader(
     loader: Loader | str | None,
     storage_options: Mapping[str, Any] | None,
     timeout_s: float | None = None,
+    pre_sign: bool | None = None,
 ) -> Loader:
     """Returns `loader` itself, or builds the named one (`"fsspec"`, `"obstore"`).
 
     `"auto"` builds the fsspec loader here; iterators then call
     `choose_loader` once they know what they read. `timeout_s` bounds each
-    request of a named loader (`RetryPolicy.timeout_s`).
+    request of a named loader (`RetryPolicy.timeout_s`); `pre_sign` is
+    its `lakefs://` presigning (`FsspecLoader`).
 
     Raises:
         TypeError: `loader` is neither callable nor a known name.
     """
     if loader is None or loader == "auto":
-        return FsspecLoader(storage_options, timeout_s)
+        return FsspecLoader(storage_options, timeout_s, pre_sign)
     if isinstance(loader, str) and loader in LOADERS:
-        return LOADERS[loader](storage_options, timeout_s)
+        return LOADERS[loader](storage_options, timeout_s, pre_sign)
     if callable(loader):
         return loader
     raise TypeError(

@@ -39,7 +39,10 @@ _AWS_SHARED_FILES = (
 
 
 def choose_loader(
-    url: str, storage_options: Mapping[str, Any] | None, timeout_s: float | None = None
+    url: str,
+    storage_options: Mapping[str, Any] | None,
+    timeout_s: float | None = None,
+    pre_sign: bool | None = None,
 ) -> tuple[Loader, str]:
     """The loader `loader="auto"` reads `url` (and its siblings) with, and why.
 
@@ -47,6 +50,7 @@ def choose_loader(
         url: A path or URL the iterator reads (its folder, or its first file).
         storage_options: The iterator's storage options.
         timeout_s: Seconds one request may take (`RetryPolicy.timeout_s`).
+        pre_sign: Whether `lakefs://` reads use presigned URLs (`FsspecLoader`).
 
     Returns:
         `(loader, reason)`: an `ObstoreLoader` or a `FsspecLoader`, and one
@@ -55,10 +59,10 @@ def choose_loader(
     protocol = locations.protocol_of(url) if locations.is_url(url) else "file"
     why_not = _why_not_obstore(url, protocol, storage_options or {})
     if why_not is None:
-        loader: Loader = ObstoreLoader(storage_options, timeout_s)
+        loader: Loader = ObstoreLoader(storage_options, timeout_s, pre_sign)
         reason = f"obstore for {protocol}://"
     else:
-        loader, reason = FsspecLoader(storage_options, timeout_s), f"fsspec: {why_not}"
+        loader, reason = FsspecLoader(storage_options, timeout_s, pre_sign), f"fsspec: {why_not}"
     logger.debug("loader='auto' reads %s:// with %s", protocol, reason)
     return loader, reason
 
@@ -68,7 +72,7 @@ def _why_not_obstore(url: str, protocol: str, options: Mapping[str, Any]) -> str
         return f"obstore does not read {protocol}:// URLs"
     if importlib.util.find_spec("obstore") is None:
         return "obstore is not installed (pip install obstore)"
-    own = locations.without_own_options(options)
+    own = dict(options)
     if protocol in ("s3", "s3a"):
         found = _aws_settings_only_botocore_reads(own)
         if found:

@@ -10,7 +10,11 @@ from remote_keras import errors
 from remote_keras.storage import lakefs, locations
 from remote_keras.storage.loaders import checked_reads
 from remote_keras.storage.loaders.checked_reads import Fetched
-from remote_keras.storage.presign import PresignedReader, presign_mode
+from remote_keras.storage.presign import (
+    PresignedReader,
+    presign_mode,
+    refuse_in_storage_options,
+)
 
 
 class FsspecLoader:
@@ -26,19 +30,28 @@ class FsspecLoader:
     Args:
         storage_options: Passed to fsspec for every URL (credentials,
             `endpoint_url`, ...). Never shown in reprs or errors.
-            `"pre_sign"` (`None`, `True` or `False`) is remote_keras's own:
-            whether `lakefs://` reads use presigned URLs (see
-            `remote_keras.storage.presign`).
         timeout_s: Seconds a connection or read of S3 or HTTP may take
             (iterators pass `RetryPolicy.timeout_s`); `None`: the clients'
             defaults. Timeouts in `storage_options` win.
+        pre_sign: Whether `lakefs://` reads use presigned URLs: `None` (the
+            default) when the server supports them, `True` always (an error
+            where the server does not), `False` never (see
+            `remote_keras.storage.presign`).
+
+    Raises:
+        TypeError: `storage_options` holds `pre_sign`.
+        ValueError: `pre_sign` is not `None`, `True` or `False`.
     """
 
     def __init__(
-        self, storage_options: Mapping[str, Any] | None = None, timeout_s: float | None = None
+        self,
+        storage_options: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+        pre_sign: bool | None = None,
     ) -> None:
+        refuse_in_storage_options(storage_options)
         self.filesystems = locations.FileSystems(storage_options, timeout_s)
-        self.presigned = PresignedReader(presign_mode(storage_options))
+        self.presigned = PresignedReader(presign_mode(pre_sign))
 
     def __repr__(self) -> str:
         return "FsspecLoader()"

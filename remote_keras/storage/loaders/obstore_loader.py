@@ -80,16 +80,21 @@ class ObstoreLoader:
         timeout_s: Seconds one request may take (iterators pass
             `RetryPolicy.timeout_s`), unless `config_kwargs` set
             `connect_timeout` or `read_timeout`; `None`: 60 s.
+        pre_sign: For the `lakefs://` and other URLs it reads through its
+            `FsspecLoader` (see there).
     """
 
     PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
 
     def __init__(
-        self, storage_options: Mapping[str, Any] | None = None, timeout_s: float | None = None
+        self,
+        storage_options: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+        pre_sign: bool | None = None,
     ) -> None:
-        self.storage_options = locations.without_own_options(storage_options)
+        self._fallback = FsspecLoader(storage_options, timeout_s, pre_sign)
+        self.storage_options = dict(storage_options or {})
         self.timeout_s = timeout_s
-        self._fallback = FsspecLoader(storage_options, timeout_s)
         self._stores: dict[tuple[int, str, str], Any] = {}
 
     def __repr__(self) -> str:
