@@ -80,8 +80,10 @@ bench: $(STAMP)
 bench-scale: $(STAMP)
 	$(BIN)/python bench/scale.py
 
-# The Keras 2 venv is created (or checked) in the background while the main suite runs.
+# The oldest-pair and Keras 2 venvs are created (or checked) in the background while the main
+# suite runs.
 test: lint azurite
+	@PYTHON=$(PYTHON) bash .ci/test-oldest --prepare > .venv-oldest.prepare.log 2>&1 &
 	@PYTHON=$(PYTHON) bash .ci/test-keras2 --prepare > .venv-keras2.prepare.log 2>&1 &
 	$(BIN)/python -m pytest
 	$(MAKE) --no-print-directory test-oldest
@@ -97,4 +99,4 @@ test-keras2: $(STAMP)
 	PYTHON=$(PYTHON) KERAS2_LEGACY_ARGS="$(KERAS2_LEGACY_TESTS)" bash .ci/test-keras2 $(KERAS2_TESTS)
 
 clean:
-	rm -rf $(VENV) .venv-oldest .venv-keras2 .venv-keras2.lock .venv-keras2.prepare.log .pytest_cache .ruff_cache .mypy_cache site
+	rm -rf $(VENV) .venv-oldest .venv-oldest.lock .venv-oldest.prepare.log .venv-keras2 .venv-keras2.lock .venv-keras2.prepare.log .pytest_cache .ruff_cache .mypy_cache site
