@@ -98,6 +98,18 @@ def test_one_huge_folder_is_split_into_ranges_listed_together():
     assert len(ranges.run([listers._Range("", "", None)])) >= listers.MIN_PARALLEL
 
 
+@pytest.mark.parametrize("root", ["", "train/"])
+def test_many_small_folders_cost_about_a_request_per_page_not_one_per_folder(root):
+    # 1,000 class folders of 40 objects (a folder marker each), a loose object among them.
+    keys = [f"{root}c{k:04d}/{j:03d}.jpg" for k in range(1000) for j in range(40)]
+    keys += [f"{root}c{k:04d}/" for k in range(1000)] + [f"{root}c0500", f"{root}zz.jpg"]
+    lister = FakeLister(keys, 1000)
+    assert listers.list_tree(lister, root) == [k[len(root) :] for k in sorted(keys)]
+    pages = len(keys) / 1000
+    assert lister.requests <= pages + listers.CONCURRENCY + 2  # one per folder: 1,002
+    assert lister.requests < 100
+
+
 @settings(max_examples=200, deadline=None)
 @given(low=key_text, high=st.one_of(st.none(), key_text), anchor=key_text)
 def test_split_points_lie_strictly_between(low, high, anchor):

@@ -43,7 +43,7 @@ def list_classes(
     a listing. Reads `it.options`, `it.filesystems`, `it._pinner`,
     `it.image_data_generator` and `it.subset` (to share the listing between
     subsets) and `it.white_list_formats` (default `IMAGE_FORMATS`); sets
-    `it._known_paths` for a lakeFS folder.
+    `it._path_prefix`, which the paths read are the names joined to.
 
     Args:
         it: The iterator (or `reader.BatchReader`) the listing is for.
@@ -77,9 +77,8 @@ def list_classes(
             files = files[start:stop]
         filenames += files
         labels += [class_indices[name]] * len(files)
-    if lakefs.is_lakefs(pinned):  # every path is in the pinned folder (pinning each is slow)
-        base = pinned.rstrip("/") + "/"
-        it._known_paths = {name: base + name for name in filenames}
+    # Every path is `<pinned folder>/<name>`: held as that prefix and the names, not N URLs.
+    it._path_prefix = pinned.rstrip("/") + "/"
     return filenames, np.asarray(labels, dtype="int32"), class_indices
 
 

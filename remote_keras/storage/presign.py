@@ -38,6 +38,7 @@ from typing import Any
 
 from remote_keras import errors
 from remote_keras.storage import connections, lakefs, retry
+from remote_keras.storage.compact import AddressTable
 from remote_keras.storage.presign_ahead import Ahead
 
 OPTION = "pre_sign"
@@ -85,7 +86,7 @@ class _Folder:
     __slots__ = ("expiry", "issued", "margin", "urls")
 
     def __init__(self, urls: dict[str, str], expiry: float | None, now: float) -> None:
-        self.urls = urls  # path -> presigned URL
+        self.urls = AddressTable(urls)  # path -> presigned URL, packed
         self.issued = now
         self.expiry = float(expiry) if expiry else now + DEFAULT_LIFETIME_S
         self.margin = min(MAX_MARGIN_S, MARGIN_FRACTION * max(0.0, self.expiry - now))
