@@ -90,6 +90,7 @@ def serve_lakefs(root: str, count: int, folders: int, data: str) -> None:
         labels.write_text("filename,class\n" + "".join(f"{f},{c}\n" for f, c in rows))
         files = [(f"train/{name}", seeds[i % len(seeds)]) for i, (name, _) in enumerate(rows)]
         files.append(("labels.csv", labels))
+        files += [(f"warmup/{c}/0.jpg", seeds[0]) for c in "ab"]  # imports and threads, untimed
         del rows
         started = time.perf_counter()
         commit = import_files(server, REPO, "main", files, f"{count} images")
@@ -100,7 +101,7 @@ def serve_lakefs(root: str, count: int, folders: int, data: str) -> None:
             started = time.perf_counter()
             sorted_paths = len(server.api.repos[REPO].commits[commit].tree.paths)
             sort_s = time.perf_counter() - started
-        assert sorted_paths == count + 1
+        assert sorted_paths == count + 3
         server.reset()
         assert server.data is not None
         server.data.reset()
@@ -164,8 +165,12 @@ def lakefs_stage(spec: dict) -> dict:
     out: dict = {}
     if stage == "paginator":
         return lakefs_paginator(spec)
-    rss = PeakRSS().start()
     gen = rk.ImageDataGenerator(rescale=1 / 255, storage_options=options, progress=False)
+    with gen.flow_from_directory(f"lakefs://{REPO}/main/warmup", target_size=(8, 8)) as warmup:
+        warmup[0]  # what any iterator imports and starts, outside the measurement
+    print("WARMED", flush=True)  # the parent resets the server's counts, then answers
+    sys.stdin.readline()
+    rss = PeakRSS().start()
     started = time.perf_counter()
     kw = dict(target_size=(8, 8), batch_size=BATCH, class_mode="sparse", seed=7,
               listing_cache_dir=spec["cache"])  # fmt: skip
@@ -248,6 +253,7 @@ def lakefs_paginator(spec: dict) -> dict:
     from lakefs.client import Client
 
     api = Client(**spec["options"]).sdk_client.objects_api
+    api.list_objects(REPO, spec["commit"], prefix="warmup/")  # imports, connection: untimed
     rss = PeakRSS().start()
     started = time.perf_counter()
     paths: list[str] = []
@@ -301,21 +307,36 @@ def _counts(proxy: str) -> dict:
 # --------------------------------------------------------------------------- parent
 
 
-def run_stage(spec: dict, env: dict | None = None, timeout: float = 7200) -> tuple[dict, int]:
-    """Runs a stage in a fresh process; returns its JSON (empty if killed) and exit status."""
+def run_stage(spec: dict, env: dict | None = None, warmed=None) -> tuple[dict, int]:
+    """Runs a stage in a fresh process; returns its JSON (empty if killed) and exit status.
+
+    `warmed()` is called when the stage says it has warmed up (before it measures).
+    """
     command = [sys.executable, __file__, "--stage", json.dumps(spec)]
     environment = dict(os.environ, **(env or {}))
     environment.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     environment["PYTHONPATH"] = os.pathsep.join(
         [str(HERE.parent), *filter(None, [environment.get("PYTHONPATH")])]
     )
-    done = subprocess.run(
-        command, capture_output=True, text=True, env=environment, timeout=timeout, check=False
-    )
-    lines = done.stdout.strip().splitlines()
-    if done.returncode not in (0, -signal.SIGKILL) or (done.returncode == 0 and not lines):
-        raise RuntimeError(f"stage failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    return (json.loads(lines[-1]) if done.returncode == 0 else {}), done.returncode
+    with tempfile.TemporaryFile("w+") as errors, subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True,
+        env=environment,
+    ) as child:  # fmt: skip
+        assert child.stdin is not None and child.stdout is not None
+        lines = []
+        for line in child.stdout:
+            if line.strip() == "WARMED":
+                if warmed is not None:
+                    warmed()
+                child.stdin.write("\n")
+                child.stdin.flush()
+            else:
+                lines.append(line)
+        code = child.wait()
+        errors.seek(0)
+        if code not in (0, -signal.SIGKILL) or (code == 0 and not lines):
+            raise RuntimeError(f"stage failed ({code}):\n{errors.read()[-4000:]}")
+    return (json.loads(lines[-1]) if code == 0 else {}), code
 
 
 class Journey:
@@ -364,7 +385,7 @@ class Journey:
         env = {"KERAS_BACKEND": "numpy"}
         base_rss = self._lakefs_paginator(base, env, counts, commit)
         for name in ("construct cold", "construct warm"):
-            out, _ = run_stage(dict(base, stage="construct"), env)
+            out, _ = run_stage(dict(base, stage="construct"), env, counts)
             seen = counts()
             calls = sum(seen["api"].values())
             self.row("lakefs", name, samples=out["samples"], construct_s=out["construct_s"],
@@ -384,7 +405,7 @@ class Journey:
                 lists = sum(v for k, v in seen["api"].items() if k.endswith("/objects/ls"))
                 # The warm start lists only presigned addresses, one call per folder.
                 self.checks[f"warm: folder listings {lists} == folders"] = lists == folders
-        out, _ = run_stage(dict(base, stage="construct", labels=True), env)
+        out, _ = run_stage(dict(base, stage="construct", labels=True), env, counts)
         seen = counts()
         self.row("lakefs", "labels CSV", samples=out["samples"], construct_s=out["construct_s"],
                  first_batch_s=out["first_batch_s"], startup_s=out["startup_s"],
@@ -398,7 +419,7 @@ class Journey:
         fit = dict(base, stage="fit", save_freq=save_freq, backup=os.path.join(tmp, "ref"),
                    record=os.path.join(tmp, "reference.jsonl"))  # fmt: skip
         env = {"KERAS_BACKEND": self.args.backend}
-        out, _ = run_stage(fit, env)
+        out, _ = run_stage(fit, env, counts)
         seen = counts()
         self.row("lakefs", "fit epoch", images=out["images"], fit_s=out["fit_s"],
                  images_per_s=out["images_per_s"], api_calls=sum(seen["api"].values()),
@@ -408,7 +429,7 @@ class Journey:
         kill_after = steps // 2
         crash = dict(fit, backup=os.path.join(tmp, "backup"), kill_after=kill_after,
                      record=os.path.join(tmp, "killed.jsonl"))  # fmt: skip
-        _, rc = run_stage(crash, env)
+        _, rc = run_stage(crash, env, counts)
         seen = counts()
         killed = _lines(crash["record"])
         self.row("lakefs", "fit killed", exit=rc, steps_run=len(killed), reads=seen["reads"],
@@ -416,7 +437,7 @@ class Journey:
         self.checks["killed with SIGKILL mid-epoch"] = rc == -signal.SIGKILL
         restart = (kill_after + 1) // save_freq * save_freq  # the last backup's step
         resumed_spec = dict(crash, kill_after=None, record=os.path.join(tmp, "resumed.jsonl"))
-        out, _ = run_stage(resumed_spec, env)
+        out, _ = run_stage(resumed_spec, env, counts)
         seen = counts()
         reference, resumed = _lines(fit["record"]), _lines(resumed_spec["record"])
         expected_reads = min(n, steps * BATCH) - restart * BATCH

@@ -71,3 +71,19 @@ def test_an_address_table_holds_under_a_third_of_a_dict_of_strings():
 def test_an_empty_table_is_empty():
     table = AddressTable({})
     assert len(table) == 0 and table.get("x") is None and list(table) == []
+
+
+def test_presign_expects_the_same_folders_from_prefixed_paths_as_from_urls():
+    from remote_keras.storage.presign import PresignedReader
+
+    names = ["b/2.jpg", "a/1.jpg", "b/3.jpg", "top.jpg", "a/x/4.jpg"]
+    prefix = "lakefs://repo/0123abcd/train/"
+    listed, prefixed = PresignedReader(), PresignedReader()
+    listed.expect([prefix + name for name in names])
+    prefixed.expect(PrefixedPaths(prefix, names))
+    assert prefixed._expected == listed._expected
+    assert ("repo", "0123abcd", "train/a/x/") in prefixed._expected
+    assert len(prefixed._expected) == 4
+    elsewhere = PresignedReader()
+    elsewhere.expect(PrefixedPaths("s3://bucket/train/", names))
+    assert elsewhere._expected == []

@@ -31,6 +31,11 @@ class PrefixedPaths(Sequence[str]):
         self.prefix = prefix
         self._names = names
 
+    @property
+    def names(self) -> Sequence[str]:
+        """The names the paths are made of (held, not copied)."""
+        return self._names
+
     def __len__(self) -> int:
         return len(self._names)
 

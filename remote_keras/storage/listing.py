@@ -143,7 +143,7 @@ def ordered_like_os_walk(files: list[str], formats: tuple[str, ...]) -> list[str
                     "Please verify your output.",
                     stacklevel=4,
                 )
-    kept = [path for path in files if path.lower().endswith(formats)]
+    kept = [path for path in files if path.endswith(formats) or path.lower().endswith(formats)]
     if all(path.count("/") == 1 for path in kept):  # one folder: by name
         kept.sort()
         return kept

@@ -38,7 +38,7 @@ from typing import Any
 
 from remote_keras import errors
 from remote_keras.storage import connections, lakefs, retry
-from remote_keras.storage.compact import AddressTable
+from remote_keras.storage.compact import AddressTable, PrefixedPaths
 from remote_keras.storage.presign_ahead import Ahead
 
 OPTION = "pre_sign"
@@ -150,6 +150,12 @@ class PresignedReader:
             urls: Paths and URLs; those that are not `lakefs://` are ignored.
         """
         folders: dict[str, None] = {}
+        if isinstance(urls, PrefixedPaths):  # one prefix: only the names' folders vary
+            if lakefs.is_lakefs(urls.prefix):
+                prefix = urls.prefix
+                heads = dict.fromkeys(name.rpartition("/")[0] for name in urls.names)
+                folders = {prefix + head + "/" if head else prefix: None for head in heads}
+            urls = ()
         for url in urls:
             if lakefs.is_lakefs(url):
                 folders.setdefault(url.rpartition("/")[0] + "/")
