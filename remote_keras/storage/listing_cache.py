@@ -50,6 +50,7 @@ SHARE_S = 600.0
 # Listings of at most this many objects (one page) are not written to disk.
 DISK_MIN_KEYS = 1000
 FORMAT = "remote_keras-listing-1"
+CHUNK = 10_000  # keys compressed at a time when a listing is written
 
 _LOCK = threading.Lock()
 _SHARED: weakref.WeakKeyDictionary[Any, dict[str, _Shared]] = weakref.WeakKeyDictionary()
@@ -163,8 +164,9 @@ class DiskListings:
         try:
             if max_age_s is not None and time.time() - os.stat(path).st_mtime > max_age_s:
                 return None
-            with open(path, "rb") as f:
-                text = gzip.decompress(f.read()).decode("utf-8", "surrogatepass")
+            # Decoded as it is decompressed: no whole-listing bytes next to the text.
+            with gzip.open(path, "rt", encoding="utf-8", errors="surrogatepass", newline="") as f:
+                text = f.read()
         except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile):
             return None
         header, _, body = text.partition("\n")
@@ -188,13 +190,19 @@ class DiskListings:
         if any("\n" in k for k in keys):
             return False
         header = json.dumps({"format": FORMAT, "count": len(keys), "written": time.time()})
-        data = gzip.compress("\n".join([header, *keys]).encode("utf-8", "surrogatepass"), 1)
         path = self.path(key)
         temporary = f"{path}{DiskCache.TMP_MARKER}{os.getpid()}-{threading.get_ident()}"
         try:
             os.makedirs(self.directory, exist_ok=True)
-            with open(temporary, "wb") as f:
-                f.write(data)
+            # Compressed in chunks: never a second copy of the whole listing in memory.
+            with (
+                open(temporary, "wb") as f,
+                gzip.GzipFile(fileobj=f, mode="wb", compresslevel=1) as z,
+            ):
+                z.write(header.encode())
+                for start in range(0, len(keys), CHUNK):
+                    chunk = keys[start : start + CHUNK]
+                    z.write(("\n" + "\n".join(chunk)).encode("utf-8", "surrogatepass"))
             os.replace(temporary, path)
         except OSError:
             try:
