@@ -153,6 +153,18 @@ def test_disk_listings_round_trip_atomically(tmp_path):
     assert disk.load("k1") is None
 
 
+@pytest.mark.parametrize("block", [1, 5, 1 << 20])
+def test_disk_listings_are_read_back_exactly_in_blocks(tmp_path, monkeypatch, block):
+    # Read in blocks cut at newlines (never the whole listing at once): any block size gives
+    # back the same keys, empty ones, carriage returns and multi-byte characters included.
+    monkeypatch.setattr(listing_cache, "BLOCK", block)
+    disk = listing_cache.DiskListings(tmp_path)
+    for keys in (["a\r", "", "b"] + [f"c/{i}.jpg" for i in range(300)], ["x", ""], ["", "y"],
+                 ["\udcff/ü", "é/ñ", "中/文"], ["one"]):  # fmt: skip
+        assert disk.store("k", keys)
+        assert disk.load("k") == keys
+
+
 def test_cached_listing_writes_only_what_may_be_reused(tmp_path):
     big, made = [str(i) for i in range(listing_cache.DISK_MIN_KEYS + 1)], []
 

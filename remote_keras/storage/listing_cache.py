@@ -51,6 +51,8 @@ SHARE_S = 600.0
 DISK_MIN_KEYS = 1000
 FORMAT = "remote_keras-listing-1"
 CHUNK = 10_000  # keys compressed at a time when a listing is written
+_CODEC = ("utf-8", "surrogatepass")
+BLOCK = 1 << 20  # bytes decompressed at a time when a listing is read
 
 _LOCK = threading.Lock()
 _SHARED: weakref.WeakKeyDictionary[Any, dict[str, _Shared]] = weakref.WeakKeyDictionary()
@@ -164,17 +166,25 @@ class DiskListings:
         try:
             if max_age_s is not None and time.time() - os.stat(path).st_mtime > max_age_s:
                 return None
-            # Decoded as it is decompressed: no whole-listing bytes next to the text.
-            with gzip.open(path, "rt", encoding="utf-8", errors="surrogatepass", newline="") as f:
-                text = f.read()
+            # In blocks cut at newlines: no whole-listing bytes or text next to the keys.
+            with gzip.open(path, "rb") as f:
+                header = f.readline().decode(*_CODEC)
+                keys: list[str] = []
+                rest, body = b"", False
+                while block := f.read(BLOCK):
+                    body, block = True, rest + block
+                    cut = block.rfind(b"\n")
+                    if cut >= 0:
+                        keys += block[:cut].decode(*_CODEC).split("\n")
+                    rest = block[cut + 1 :]
+                if body:
+                    keys.append(rest.decode(*_CODEC))
         except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile):
             return None
-        header, _, body = text.partition("\n")
         try:
             meta = json.loads(header)
         except ValueError:
             return None
-        keys = body.split("\n") if body else []
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             return None
         if meta.get("count") != len(keys):
