@@ -20,12 +20,13 @@ IMAGES, FOLDERS, S3_OBJECTS = 1500, 60, 3000
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # eight fresh processes (Keras, TensorFlow): minutes on a busy machine
 def test_the_journey_builds_trains_crashes_resumes_and_records(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "journey.py"), "--lakefs", str(IMAGES),
          "--folders", str(FOLDERS), "--s3", str(S3_OBJECTS), "--out", str(tmp_path),
          "--data", str(tmp_path / "data")],
-        capture_output=True, text=True, timeout=900, check=False,
+        capture_output=True, text=True, timeout=1400, check=False,
     )  # fmt: skip
     report = json.loads((tmp_path / "journey-latest.json").read_text())
     checks = report["checks"]
