@@ -15,7 +15,9 @@
 #   make docs        - the documentation site (API reference from the docstrings) into site/
 #   make bench       - the full benchmark (about 10 minutes; see bench/run.py)
 #   make bench-scale - start-up, requests and memory at 100k and 300k objects (bench/scale.py;
-#                      about 20 minutes; --smoke: 5k objects in under a minute)
+#                      about 20 minutes; --smoke: 5k objects in under a minute);
+#                      `make bench-scale ARGS=--full`: the user's journey at full size, 400k
+#                      images in lakeFS and 1M objects on S3 (bench/journey.py; about an hour)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -78,7 +80,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
 bench-scale: $(STAMP)
-	$(BIN)/python bench/scale.py
+	$(BIN)/python bench/scale.py $(ARGS)
 
 # The oldest-pair and Keras 2 venvs are created (or checked) in the background while the main
 # suite runs.

@@ -31,7 +31,8 @@ Ratios are taken between scenarios of the same run (the machine is shared
 and noisy). Outputs: a table on stdout, `bench/results/scale-latest.json`
 and `bench/results/scale-latest.md`. `--smoke` runs 5k objects (well under
 a minute) and checks the listings against a serial one; `--million` adds
-1M objects.
+1M objects. `--full` runs the user's journey at full size instead (`bench/journey.py
+--full`: 400k images in lakeFS, 1M objects on S3).
 """
 
 from __future__ import annotations
@@ -507,6 +508,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup-size", type=int, default=20)
     parser.add_argument("--data", default=str(HERE / ".data" / "scale"))
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument(
+        "--full", action="store_true", help="the journey at 400k (lakeFS) and 1M (S3): journey.py"
+    )
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     parser.add_argument("--lakefs-server", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -515,6 +519,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.lakefs_server:
         return lakefs_server(args.lakefs_server)
+    if args.full:  # the user's journey at full size (bench/journey.py)
+        import journey
+
+        sys.exit(journey.main(["--full", "--data", args.data, "--out", args.out]))
     if args.smoke:
         args.sizes, args.delays, args.lakefs_size = [5000], [0], 3000
         args.no_server_warmup = True

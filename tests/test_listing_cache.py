@@ -98,6 +98,18 @@ def test_one_huge_folder_is_split_into_ranges_listed_together():
     assert len(ranges.run([listers._Range("", "", None)])) >= listers.MIN_PARALLEL
 
 
+@pytest.mark.parametrize("root", ["", "train/"])
+def test_many_small_folders_cost_about_a_request_per_page_not_one_per_folder(root):
+    # 1,000 class folders of 40 objects (a folder marker each), a loose object among them.
+    keys = [f"{root}c{k:04d}/{j:03d}.jpg" for k in range(1000) for j in range(40)]
+    keys += [f"{root}c{k:04d}/" for k in range(1000)] + [f"{root}c0500", f"{root}zz.jpg"]
+    lister = FakeLister(keys, 1000)
+    assert listers.list_tree(lister, root) == [k[len(root) :] for k in sorted(keys)]
+    pages = len(keys) / 1000
+    assert lister.requests <= pages + listers.CONCURRENCY + 2  # one per folder: 1,002
+    assert lister.requests < 100
+
+
 @settings(max_examples=200, deadline=None)
 @given(low=key_text, high=st.one_of(st.none(), key_text), anchor=key_text)
 def test_split_points_lie_strictly_between(low, high, anchor):
@@ -139,6 +151,18 @@ def test_disk_listings_round_trip_atomically(tmp_path):
     assert disk.load("k1", max_age_s=50) is None and disk.load("k1", max_age_s=500) == keys
     (tmp_path / "listings" / "k1.keys.gz").write_bytes(b"broken")
     assert disk.load("k1") is None
+
+
+@pytest.mark.parametrize("block", [1, 5, 1 << 20])
+def test_disk_listings_are_read_back_exactly_in_blocks(tmp_path, monkeypatch, block):
+    # Read in blocks cut at newlines (never the whole listing at once): any block size gives
+    # back the same keys, empty ones, carriage returns and multi-byte characters included.
+    monkeypatch.setattr(listing_cache, "BLOCK", block)
+    disk = listing_cache.DiskListings(tmp_path)
+    for keys in (["a\r", "", "b"] + [f"c/{i}.jpg" for i in range(300)], ["x", ""], ["", "y"],
+                 ["\udcff/ü", "é/ñ", "中/文"], ["one"]):  # fmt: skip
+        assert disk.store("k", keys)
+        assert disk.load("k") == keys
 
 
 def test_cached_listing_writes_only_what_may_be_reused(tmp_path):

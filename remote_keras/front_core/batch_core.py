@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,8 +28,9 @@ from remote_keras.pipeline.fetching import Fetcher
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
 from remote_keras.pipeline.skips import SkipLog
 from remote_keras.pipeline.stats import HandoffLog, StatsRecorder
-from remote_keras.storage import locations, presign
+from remote_keras.storage import compact, locations, presign
 from remote_keras.storage.cache import DiskCache
+from remote_keras.storage.compact import PrefixedPaths
 from remote_keras.storage.lakefs import Pinner
 from remote_keras.storage.loaders import choose_loader, make_loader
 
@@ -48,7 +50,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
     directory: Any
     filenames: list[str]
     seed: int | None
-    _filepaths: list[str]
+    _filepaths: Sequence[str]
 
     def _init_remote(self, options: LoaderOptions | None, overrides: LoaderOverrides) -> None:
         self.options = (options or LoaderOptions()).merged(overrides)
@@ -67,6 +69,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         )
         self._pinner = Pinner(self.filesystems)
         self._known_paths: dict[str, str] = {}  # filename -> path, filled by validation
+        self._path_prefix: str | None = None  # set by a listing: path = prefix + filename
         self._skips = SkipLog()
         self.handoffs = HandoffLog()
         self._per_process_state()
@@ -89,8 +92,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
                 "that all workers shuffle alike. Pass `seed=` to choose another.",
                 stacklevel=3,
             )
-        self._filepaths = [self._path_of(name) for name in self.filenames]
-        self._known_paths = {}
+        self._filepaths = self._read_paths()
         if self.options.loader == "auto":
             read = self._filepaths[0] if self._filepaths else str(self.directory or "")
             self.loader, self.loader_choice = choose_loader(
@@ -105,6 +107,19 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         self.workers = self.options.workers
         self.use_multiprocessing = self.options.use_multiprocessing
         self.max_queue_size = self.options.max_queue_size
+
+    def _read_paths(self) -> Sequence[str]:
+        """The paths read, by index: a shared prefix and `filenames` when they are that."""
+        prefix = self._path_prefix
+        if prefix is not None:
+            paths: Sequence[str] = PrefixedPaths(prefix, self.filenames)
+        else:
+            paths = [self._path_of(name) for name in self.filenames]
+            prefix = compact.common_prefix(paths, self.filenames)
+            if prefix is not None:
+                paths = PrefixedPaths(prefix, self.filenames)
+        self._known_paths = {}
+        return paths
 
     def _path_of(self, filename: str) -> str:
         """The path or URL read for `filename`; lakeFS refs pinned to their commit."""

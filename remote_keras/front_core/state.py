@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from remote_keras import errors
@@ -29,7 +30,7 @@ class StateMixin:
     loader_choice: str
     index_array: Any
     batch_index: int
-    _filepaths: list[str]
+    _filepaths: Sequence[str]
     _clock: EpochClock
     _planner: EpochPlanner
     _prefetcher: Prefetcher
@@ -37,6 +38,7 @@ class StateMixin:
     _stats: StatsRecorder
     _skips: SkipLog
     _known_paths: dict[str, str]
+    _path_prefix: str | None
     _stream_position: int
     _last_requested: int | None
     _prepared: tuple[int, int, resume.Resumption | None] | None
@@ -49,6 +51,8 @@ class StateMixin:
         def _ensure_process(self) -> None: ...
 
         def _path_of(self, filename: str) -> str: ...
+
+        def _read_paths(self) -> Sequence[str]: ...
 
     @property
     def num_batches(self) -> int:
@@ -239,4 +243,5 @@ class StateMixin:
     def _reread_at_pins(self) -> None:
         """Recomputes the paths read after `_pinner` changed (subclasses may list again)."""
         self._known_paths = {}
-        self._filepaths = [self._path_of(name) for name in self.filenames]
+        self._path_prefix = None
+        self._filepaths = self._read_paths()

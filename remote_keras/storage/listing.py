@@ -43,7 +43,7 @@ def list_classes(
     a listing. Reads `it.options`, `it.filesystems`, `it._pinner`,
     `it.image_data_generator` and `it.subset` (to share the listing between
     subsets) and `it.white_list_formats` (default `IMAGE_FORMATS`); sets
-    `it._known_paths` for a lakeFS folder.
+    `it._path_prefix`, which the paths read are the names joined to.
 
     Args:
         it: The iterator (or `reader.BatchReader`) the listing is for.
@@ -77,9 +77,8 @@ def list_classes(
             files = files[start:stop]
         filenames += files
         labels += [class_indices[name]] * len(files)
-    if lakefs.is_lakefs(pinned):  # every path is in the pinned folder (pinning each is slow)
-        base = pinned.rstrip("/") + "/"
-        it._known_paths = {name: base + name for name in filenames}
+    # Every path is `<pinned folder>/<name>`: held as that prefix and the names, not N URLs.
+    it._path_prefix = pinned.rstrip("/") + "/"
     return filenames, np.asarray(labels, dtype="int32"), class_indices
 
 
@@ -144,7 +143,7 @@ def ordered_like_os_walk(files: list[str], formats: tuple[str, ...]) -> list[str
                     "Please verify your output.",
                     stacklevel=4,
                 )
-    kept = [path for path in files if path.lower().endswith(formats)]
+    kept = [path for path in files if path.endswith(formats) or path.lower().endswith(formats)]
     if all(path.count("/") == 1 for path in kept):  # one folder: by name
         kept.sort()
         return kept

@@ -50,6 +50,9 @@ SHARE_S = 600.0
 # Listings of at most this many objects (one page) are not written to disk.
 DISK_MIN_KEYS = 1000
 FORMAT = "remote_keras-listing-1"
+CHUNK = 10_000  # keys compressed at a time when a listing is written
+_CODEC = ("utf-8", "surrogatepass")
+BLOCK = 1 << 20  # bytes decompressed at a time when a listing is read
 
 _LOCK = threading.Lock()
 _SHARED: weakref.WeakKeyDictionary[Any, dict[str, _Shared]] = weakref.WeakKeyDictionary()
@@ -163,16 +166,25 @@ class DiskListings:
         try:
             if max_age_s is not None and time.time() - os.stat(path).st_mtime > max_age_s:
                 return None
-            with open(path, "rb") as f:
-                text = gzip.decompress(f.read()).decode("utf-8", "surrogatepass")
+            # In blocks cut at newlines: no whole-listing bytes or text next to the keys.
+            with gzip.open(path, "rb") as f:
+                header = f.readline().decode(*_CODEC)
+                keys: list[str] = []
+                rest, body = b"", False
+                while block := f.read(BLOCK):
+                    body, block = True, rest + block
+                    cut = block.rfind(b"\n")
+                    if cut >= 0:
+                        keys += block[:cut].decode(*_CODEC).split("\n")
+                    rest = block[cut + 1 :]
+                if body:
+                    keys.append(rest.decode(*_CODEC))
         except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile):
             return None
-        header, _, body = text.partition("\n")
         try:
             meta = json.loads(header)
         except ValueError:
             return None
-        keys = body.split("\n") if body else []
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             return None
         if meta.get("count") != len(keys):
@@ -188,13 +200,19 @@ class DiskListings:
         if any("\n" in k for k in keys):
             return False
         header = json.dumps({"format": FORMAT, "count": len(keys), "written": time.time()})
-        data = gzip.compress("\n".join([header, *keys]).encode("utf-8", "surrogatepass"), 1)
         path = self.path(key)
         temporary = f"{path}{DiskCache.TMP_MARKER}{os.getpid()}-{threading.get_ident()}"
         try:
             os.makedirs(self.directory, exist_ok=True)
-            with open(temporary, "wb") as f:
-                f.write(data)
+            # Compressed in chunks: never a second copy of the whole listing in memory.
+            with (
+                open(temporary, "wb") as f,
+                gzip.GzipFile(fileobj=f, mode="wb", compresslevel=1) as z,
+            ):
+                z.write(header.encode())
+                for start in range(0, len(keys), CHUNK):
+                    chunk = keys[start : start + CHUNK]
+                    z.write(("\n" + "\n".join(chunk)).encode("utf-8", "surrogatepass"))
             os.replace(temporary, path)
         except OSError:
             try:

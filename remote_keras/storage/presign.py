@@ -40,6 +40,7 @@ from typing import Any
 
 from remote_keras import errors
 from remote_keras.storage import connections, lakefs, retry
+from remote_keras.storage.compact import AddressTable, PrefixedPaths
 from remote_keras.storage.presign_ahead import Ahead
 
 OPTION = "pre_sign"
@@ -99,7 +100,7 @@ class _Folder:
     __slots__ = ("expiry", "issued", "margin", "urls")
 
     def __init__(self, urls: dict[str, str], expiry: float | None, now: float) -> None:
-        self.urls = urls  # path -> presigned URL
+        self.urls = AddressTable(urls)  # path -> presigned URL, packed
         self.issued = now
         self.expiry = float(expiry) if expiry else now + DEFAULT_LIFETIME_S
         self.margin = min(MAX_MARGIN_S, MARGIN_FRACTION * max(0.0, self.expiry - now))
@@ -163,6 +164,12 @@ class PresignedReader:
             urls: Paths and URLs; those that are not `lakefs://` are ignored.
         """
         folders: dict[str, None] = {}
+        if isinstance(urls, PrefixedPaths):  # one prefix: only the names' folders vary
+            if lakefs.is_lakefs(urls.prefix):
+                prefix = urls.prefix
+                heads = dict.fromkeys(name.rpartition("/")[0] for name in urls.names)
+                folders = {prefix + head + "/" if head else prefix: None for head in heads}
+            urls = ()
         for url in urls:
             if lakefs.is_lakefs(url):
                 folders.setdefault(url.rpartition("/")[0] + "/")

@@ -4,9 +4,9 @@
 will be read (`PresignedReader.expect`, which the iterators call at
 construction). Started by the first read, it lists every folder to be read,
 `THREADS` at a time in the order first needed, keeping all their addresses
-(about the length of one presigned URL, plus some 150 bytes, per object:
-what reading in shuffled order needs anyway). Then, while reads go on, it
-lists each folder again half-way through its addresses' lifetime. A
+(packed: `remote_keras.storage.compact.AddressTable`, about 85 bytes per object
+for the stand-in's URLs; reading in shuffled order needs them all anyway).
+Then, while reads go on, it lists each folder again half-way through its addresses' lifetime. A
 listing that fails (the lakeFS server is down) is tried again after a
 growing pause, up to `MAX_PAUSE_S`, while reads go on with the addresses in
 hand, which stay valid for the other half of their lifetime.

@@ -1,0 +1,89 @@
+"""What iterators keep per object at scale: shared-prefix paths and packed presigned addresses."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+
+import pytest
+
+from remote_keras.storage.compact import AddressTable, PrefixedPaths, common_prefix
+
+
+def test_prefixed_paths_read_like_the_list_of_urls_they_replace():
+    names = ["a/1.jpg", "a/2.jpg", "b/3.jpg"]
+    urls = [f"s3://bucket/train/{name}" for name in names]
+    paths = PrefixedPaths("s3://bucket/train/", names)
+    assert len(paths) == 3 and paths[1] == urls[1] and paths[-1] == urls[-1]
+    assert paths[1:] == urls[1:] and list(paths) == urls
+    assert paths == urls and urls == paths and paths != urls[:2] and paths != urls[::-1]
+    assert [paths[j] for j in (2, 0)] == [urls[2], urls[0]]
+    assert pickle.loads(pickle.dumps(paths)) == urls
+    names.append("c/4.jpg")  # the names are shared, not copied
+    assert paths[3] == "s3://bucket/train/c/4.jpg"
+    with pytest.raises(IndexError):
+        paths[4]
+
+
+def test_common_prefix_is_found_only_when_every_path_is_prefix_plus_name():
+    names = ["a/1.jpg", "b/2.jpg"]
+    assert common_prefix([f"lakefs://r/c/{n}" for n in names], names) == "lakefs://r/c/"
+    assert common_prefix(["lakefs://r/c/a/1.jpg", "s3://x/b/2.jpg"], names) is None
+    assert common_prefix(["lakefs://r/c/a/1.jpg"], names) is None
+    assert common_prefix([], []) is None
+
+
+def _addresses(count: int) -> dict[str, str]:
+    out = {}
+    for i in range(count):
+        blob = f"{i:032x}"
+        signature = f"{i * 7919:064x}"
+        out[f"train/c0001/{i:06d}.jpg"] = (
+            f"http://127.0.0.1:9/_presigned/{blob}?expires=1764700000&signature={signature}"
+        )
+    return out
+
+
+def test_an_address_table_gives_back_every_address_and_nothing_else():
+    listed = _addresses(500)
+    listed["train/c0001/Ünïcode name.jpg"] = "https://store.example/b/ABCdef0123456789abcdef%2F?x=1"
+    listed["train/c0001/odd.jpg"] = "http://h/" + "a" * 300 + "?s=" + "0f" * 8 + "g"
+    table = AddressTable(dict(reversed(listed.items())))  # any order in
+    assert len(table) == len(listed)
+    assert dict(table.items()) == listed
+    assert table.get("train/c0001/000250.jpg") == listed["train/c0001/000250.jpg"]
+    for missing in ("train/c0001/000250.jp", "train/c0001/999999.jpg", "train/c0002/000001.jpg",
+                    "", "train/c0001/"):  # fmt: skip
+        assert table.get(missing) is None
+        assert missing not in table
+
+
+def test_an_address_table_holds_under_a_third_of_a_dict_of_strings():
+    listed = _addresses(1000)
+    table = AddressTable(listed)
+    as_dict = sys.getsizeof(listed) + sum(
+        sys.getsizeof(k) + sys.getsizeof(v) for k, v in listed.items()
+    )
+    assert table.nbytes() < as_dict / 3
+    assert table.nbytes() < 100 * len(listed)
+
+
+def test_an_empty_table_is_empty():
+    table = AddressTable({})
+    assert len(table) == 0 and table.get("x") is None and list(table) == []
+
+
+def test_presign_expects_the_same_folders_from_prefixed_paths_as_from_urls():
+    from remote_keras.storage.presign import PresignedReader
+
+    names = ["b/2.jpg", "a/1.jpg", "b/3.jpg", "top.jpg", "a/x/4.jpg"]
+    prefix = "lakefs://repo/0123abcd/train/"
+    listed, prefixed = PresignedReader(), PresignedReader()
+    listed.expect([prefix + name for name in names])
+    prefixed.expect(PrefixedPaths(prefix, names))
+    assert prefixed._expected == listed._expected
+    assert ("repo", "0123abcd", "train/a/x/") in prefixed._expected
+    assert len(prefixed._expected) == 4
+    elsewhere = PresignedReader()
+    elsewhere.expect(PrefixedPaths("s3://bucket/train/", names))
+    assert elsewhere._expected == []
