@@ -39,6 +39,7 @@ FRONT_WITHOUT_KERAS = (
     "remote_keras.keras3",
     "remote_keras.keras3.backup_files",
     "remote_keras.keras3.dataset_index",
+    "remote_keras.keras3.dataset_resume",
 )
 
 
