@@ -87,3 +87,16 @@ def test_presign_expects_the_same_folders_from_prefixed_paths_as_from_urls():
     elsewhere = PresignedReader()
     elsewhere.expect(PrefixedPaths("s3://bucket/train/", names))
     assert elsewhere._expected == []
+
+
+def test_an_iterators_filepaths_is_kerass_list_while_it_reads_from_the_compact_form(image_dir):
+    import json
+
+    import remote_keras as rk
+
+    directory, df = image_dir
+    with rk.ImageDataGenerator().flow_from_directory(str(directory), target_size=(8, 8)) as it:
+        paths = it.filepaths
+        assert isinstance(paths, list) and json.loads(json.dumps(paths)) == paths
+        assert isinstance(it._filepaths, PrefixedPaths)  # what batches read from
+        assert paths == list(it._filepaths) and paths is not it.filepaths

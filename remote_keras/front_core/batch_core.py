@@ -108,6 +108,14 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         self.use_multiprocessing = self.options.use_multiprocessing
         self.max_queue_size = self.options.max_queue_size
 
+    @property
+    def filepaths(self) -> list[str]:
+        """Every file's full path or URL, as Keras's attribute: a new list on each access.
+
+        The iterator holds them compactly (a shared prefix and `filenames`).
+        """
+        return list(self._filepaths)
+
     def _read_paths(self) -> Sequence[str]:
         """The paths read, by index: a shared prefix and `filenames` when they are that."""
         prefix = self._path_prefix

@@ -63,7 +63,7 @@ def load(it: Any, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
         dropped from both.
     """
     with it._stats.busy("load_s"):
-        filepaths = it.filepaths
+        filepaths = it._filepaths  # compact; `it.filepaths` is a copy for users
         paths = [filepaths[j] for j in plan.indices]
         batch_x = np.empty((len(paths),) + it.image_shape, dtype=it.dtype)  # every row set below
         if not paths:

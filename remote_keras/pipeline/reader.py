@@ -133,6 +133,7 @@ class BatchReader:
         self._fetcher = Fetcher(self.loader, opts.retry_policy, self.cache, self._stats)
         self._pinner = Pinner(self.filesystems)
         self.filepaths = [self._pinner.pin(path) for path in paths]
+        self._filepaths = self.filepaths  # what `batches.load` reads, as on the iterators
         presign.expect(self.loader, self.filepaths)
         self._skips = SkipLog()
         threads = (opts.prefetch_batches + 2, opts.max_in_flight, opts.decode_workers)
