@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 
 import remote_keras as rk
@@ -31,17 +27,6 @@ def test_to_tf_dataset_yields_the_iterators_batches(image_dir):
         assert len(got) == len(expected)
         for a, b in zip(expected, got):
             assert_same_batch(a, b)
-
-
-def test_the_keras_2_line_gets_a_clear_error_at_import():
-    result = subprocess.run(
-        [sys.executable, "-c", "import remote_keras"],
-        env=dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3"),
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert result.returncode != 0
-    assert "remote_keras supports Keras 3" in result.stderr
-    assert "TF_USE_LEGACY_KERAS" in result.stderr
 
 
 def test_each_pass_over_to_tf_dataset_is_the_next_epoch(image_dir):
