@@ -82,11 +82,10 @@ class FakeTime:
 
 @pytest.fixture
 def fake_time(monkeypatch):
-    from remote_keras.keras3 import callbacks
-    from remote_keras.keras3.iterators import base, scheduling
+    from remote_keras.front_core import batch_core, callbacks, scheduling
 
     clock = FakeTime()
-    for module in (callbacks, base, scheduling):
+    for module in (callbacks, batch_core, scheduling):
         monkeypatch.setattr(module, "time", clock)
     return clock
 
