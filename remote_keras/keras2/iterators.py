@@ -6,11 +6,13 @@ What is Keras 2's own is how an epoch ends: Keras 2 never calls
 `on_epoch_begin()`, and calls `on_epoch_end()` once at the end of each epoch
 of `fit`, `evaluate` and `predict`, after reading batch 0 once to learn the
 batch's spec (that batch is kept, and the epoch hands it out again). So here
-every `on_epoch_end()` ends the epoch, except the extra one that Keras 2's
-`OrderedEnqueuer` makes (`workers > 1` or `use_multiprocessing=True` in `fit`)
-once it has queued an epoch's last batch: `fit`'s own call that follows it ends
-nothing more. Batches that enqueuer reads ahead for the next epoch before
-`fit` stops it are kept (threads) for the next epoch, which hands them out.
+every `on_epoch_end()` ends the epoch, except the extra one of a pair: with
+`workers > 1` or `use_multiprocessing=True`, Keras 2's `fit` reads through an
+`OrderedEnqueuer`, whose own thread calls `on_epoch_end()` once the epoch's
+batches are all handed over, and `fit` calls it too, from its thread
+(`EpochEnds` pairs the two by thread, never by reading the call stack).
+Batches that enqueuer reads ahead for the next epoch before `fit` stops it are
+kept (threads) for the next epoch, which hands them out.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from remote_keras.front_core.dataframe import DataFrameCore
 from remote_keras.front_core.directory import DirectoryCore
 from remote_keras.front_core.pixels import keras_pixels
 from remote_keras.keras2 import keras_api
+from remote_keras.keras2.epoch_ends import EpochEnds
 from remote_keras.pipeline.batches import Pixels
 
 # Batches read before an epoch's own reads that it hands out again: Keras 2's reading of batch 0
@@ -62,10 +65,9 @@ class KerasHooks:
 class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
     """`RemoteBatchCore` on Keras 2's `Iterator`, with Keras 2's epoch ends (module docstring)."""
 
-    _ended_by_enqueuer = False
-
     def _finish_init(self) -> None:
         super()._finish_init()
+        self._epoch_ends = EpochEnds()
         self._clock.keep_first = True  # Keras 2 begins no pass: keep the first reads only
         self._clock.keep_limit = _PEEKED
         if self.options.use_multiprocessing:
@@ -84,15 +86,13 @@ class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
         `predict`; a loop of your own calls it after its epoch's last batch.
         """
         self._ensure_process()
-        by_enqueuer = keras_api.called_by_enqueuer()
         with self.lock:
-            if self._ended_by_enqueuer and not by_enqueuer:
-                self._ended_by_enqueuer = False  # fit's call: the enqueuer ended this epoch
-                return
+            if not self._epoch_ends.ends_epoch():
+                return  # the second call of a pair (module docstring)
             self._end_epochs(1)
-            self._ended_by_enqueuer = by_enqueuer
-            # The enqueuer's reads ahead, some still in flight, are the next epoch's.
-            self._clock.keep_limit = _ENQUEUED_AHEAD if by_enqueuer else _PEEKED
+            # An enqueuer's reads ahead, some still in flight, are the next epoch's.
+            ahead = self._epoch_ends.by_enqueuer()
+            self._clock.keep_limit = _ENQUEUED_AHEAD if ahead else _PEEKED
 
     def next(self):
         """The next batch of the stream (Keras 2 spells `next(iterator)` so too)."""

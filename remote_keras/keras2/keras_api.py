@@ -2,18 +2,12 @@
 
 `tf.keras` is Keras 2 here: TensorFlow 2.15's `keras` 2.15, or `tf_keras` when
 `TF_USE_LEGACY_KERAS=1` (TensorFlow 2.16 and later). Public names come from
-`tf.keras.preprocessing.image` and `tf.keras.utils`. Two things have no public
-home in Keras 2, and the front needs them:
-
-- `DataFrameIterator`: Keras 2 exports `Iterator`, `DirectoryIterator` and
-  `NumpyArrayIterator` but not `DataFrameIterator`, which the front subclasses
-  to stay a drop-in. It is read from the module that defines the public
-  `Iterator` (`keras.src.preprocessing.image`, `tf_keras.src.preprocessing.image`).
-- `called_by_enqueuer()`: with `workers > 1` or `use_multiprocessing=True`,
-  Keras 2's `fit` reads through `tf.keras.utils.OrderedEnqueuer`, whose thread
-  calls `on_epoch_end()` once it has queued the epoch's last batch, and then
-  `fit` calls it again at the epoch's end. The front tells the first call by
-  the caller's code (`OrderedEnqueuer._run`), so an epoch ends once.
+`tf.keras.preprocessing.image` and `tf.keras.utils`. One class has no public
+home in Keras 2, and the front needs it: Keras 2 exports `Iterator`,
+`DirectoryIterator` and `NumpyArrayIterator` but not `DataFrameIterator`, which
+the front subclasses to stay a drop-in. It is read from the module that defines
+the public `Iterator` (`keras.src.preprocessing.image`,
+`tf_keras.src.preprocessing.image`).
 """
 
 from __future__ import annotations
@@ -34,7 +28,6 @@ DataFrameIterator: Any = importlib.import_module(Iterator.__module__).DataFrameI
 Callback: Any = keras.callbacks.Callback
 BackupAndRestore: Any = keras.callbacks.BackupAndRestore
 gfile: Any = tf.io.gfile  # where Keras 2's BackupAndRestore writes (local paths and URLs)
-_ENQUEUER_RUN = keras.utils.OrderedEnqueuer._run.__code__
 
 __all__ = [
     "BackupAndRestore",
@@ -44,7 +37,6 @@ __all__ = [
     "ImageDataGenerator",
     "Iterator",
     "NumpyArrayIterator",
-    "called_by_enqueuer",
     "floatx",
     "gfile",
     "image_data_format",
@@ -72,18 +64,3 @@ def print_msg(message: str) -> None:
         from absl import logging as absl_logging
 
         absl_logging.info(message)
-
-
-def called_by_enqueuer(depth: int = 4) -> bool:
-    """Whether `tf.keras.utils.OrderedEnqueuer`'s thread made the call in progress.
-
-    Looks at most `depth` frames up from the caller of the caller.
-    """
-    frame: Any = sys._getframe(2)
-    for _ in range(depth):
-        if frame is None:
-            return False
-        if frame.f_code is _ENQUEUER_RUN:
-            return True
-        frame = frame.f_back
-    return False

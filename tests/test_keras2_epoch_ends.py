@@ -1,0 +1,89 @@
+"""Keras 2's paired epoch ends (enqueuer thread + fit thread), told apart by thread alone."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+
+from remote_keras.keras2.epoch_ends import EpochEnds
+
+
+def _call_from_thread(ends: EpochEnds, calls: int = 1) -> list[bool]:
+    results: list[bool] = []
+    thread = threading.Thread(
+        target=lambda: results.extend(ends.ends_epoch() for _ in range(calls))
+    )
+    thread.start()
+    thread.join()
+    return results
+
+
+class _Enqueuer:
+    """A running thread that calls `ends_epoch()` when told to, as Keras 2's enqueuer does."""
+
+    def __init__(self, ends: EpochEnds) -> None:
+        self.ends, self.results = ends, []
+        self.go, self.done, self.stop = threading.Event(), threading.Event(), False
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self.go.wait()
+            self.go.clear()
+            if self.stop:
+                return
+            self.results.append(self.ends.ends_epoch())
+            self.done.set()
+
+    def epoch_end(self) -> bool:
+        self.done.clear()
+        self.go.set()
+        self.done.wait()
+        return self.results[-1]
+
+    def close(self) -> None:
+        self.stop = True
+        self.go.set()
+        self.thread.join()
+
+
+def test_calls_from_one_thread_each_end_an_epoch():
+    ends = EpochEnds()
+    assert [ends.ends_epoch() for _ in range(3)] == [True, True, True]
+    assert not ends.paired
+
+
+def test_an_enqueuer_and_fit_end_one_epoch_per_pair_in_either_order():
+    ends = EpochEnds()
+    enqueuer = _Enqueuer(ends)
+    try:
+        assert enqueuer.epoch_end() is True  # the enqueuer first, fit after
+        assert ends.ends_epoch() is False
+        assert ends.paired
+        assert ends.ends_epoch() is True  # fit first, the enqueuer after
+        assert enqueuer.epoch_end() is False
+    finally:
+        enqueuer.close()
+
+
+def test_a_thread_started_after_an_end_does_not_complete_its_pair():
+    # fit's last end had no partner (its enqueuer was stopped first); the next fit's enqueuer
+    # starts a pair of its own.
+    ends = EpochEnds()
+    assert ends.ends_epoch() is True
+    assert _call_from_thread(ends) == [True]
+    assert ends.ends_epoch() is False  # fit's call completes that enqueuer's pair
+
+
+def test_pickled_copies_keep_what_was_learnt_but_no_threads():
+    ends = EpochEnds()
+    enqueuer = _Enqueuer(ends)
+    try:
+        enqueuer.epoch_end()
+        ends.ends_epoch()
+    finally:
+        enqueuer.close()
+    copy = pickle.loads(pickle.dumps(ends))
+    assert copy.paired and copy.by_enqueuer()
+    assert copy.ends_epoch() is True
