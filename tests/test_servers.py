@@ -20,7 +20,7 @@ import s3fs
 from lakefs_spec import LakeFSFileSystem
 
 from remote_keras.testing import CountingProxy, LakeFSServer, S3Server, StaticHTTPServer
-from remote_keras.testing.base import LocalServer
+from remote_keras.testing.base import LocalServer, log_tail, spawn, terminate
 from remote_keras.testing.proxy import ProxyProcess
 
 NO_TENSORFLOW = (
@@ -156,3 +156,15 @@ def test_stand_in_process_is_small_and_its_data_outlives_it(tmp_path):
         assert fs.cat_file("proc/main/p.txt") == b"from one process"
     finally:
         stop_stand_in(process)
+
+
+def test_a_server_process_logs_to_a_file_not_an_unread_pipe():
+    # 200 KiB of log lines, three pipes' worth: a process logging into a pipe nobody reads
+    # would block at the first 64 KiB and never exit.
+    code = "import sys\nfor _ in range(2000): sys.stderr.write('x' * 99 + '\\n')\nsys.exit(3)"
+    process = spawn([sys.executable, "-c", code])
+    try:
+        assert process.wait(timeout=60) == 3
+        assert log_tail(process, limit=200) == ("x" * 99 + "\n") * 2
+    finally:
+        terminate(process)

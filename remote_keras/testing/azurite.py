@@ -17,7 +17,7 @@ from typing import Any
 
 from typing_extensions import Self
 
-from remote_keras.testing.base import HOST, LocalServer, free_port, terminate
+from remote_keras.testing.base import HOST, LocalServer, free_port, log_tail, spawn, terminate
 
 __all__ = ["ACCOUNT_NAME", "AzuriteServer", "azurite_binary"]
 
@@ -110,15 +110,13 @@ class AzuriteServer(LocalServer):
             "--location", str(self.root), "--disableTelemetry", "--silent",
             "--skipApiVersionCheck", "--loose",
         ]  # fmt: skip
-        process = self._process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
-        )
+        process = self._process = spawn(command)
         deadline = time.monotonic() + timeout
         while True:
             if process.poll() is not None:
-                err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                err = log_tail(process)
                 self.stop()
-                raise RuntimeError(f"azurite-blob exited: {err[-2000:]}")
+                raise RuntimeError(f"azurite-blob exited: {err}")
             try:
                 with socket.create_connection((HOST, self.port), timeout=0.5):
                     break

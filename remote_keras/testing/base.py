@@ -36,15 +36,43 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def spawn(command: list[str]) -> subprocess.Popen:
+    """Starts a server process whose log (stderr) goes to a temporary file.
+
+    Never to a pipe: nobody reads it while the server runs, and once 64 KiB of
+    log lines (a broken-pipe error per dropped client, in fault tests) fill a
+    pipe, the server blocks at its next log line, mid-request.
+    """
+    log = tempfile.TemporaryFile()
+    process = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log
+    )
+    _LOGS[process.pid] = log
+    return process
+
+
+def log_tail(process: subprocess.Popen, limit: int = 2000) -> str:
+    """The last `limit` characters a process started by `spawn` logged."""
+    log = _LOGS.get(process.pid)
+    if log is None:
+        return ""
+    log.flush()
+    log.seek(max(0, os.fstat(log.fileno()).st_size - limit))
+    return log.read().decode(errors="replace")
+
+
+_LOGS: dict[int, Any] = {}  # pid -> the log file of a process started by `spawn`
+
+
 def terminate(process: subprocess.Popen, timeout: float = 10.0) -> None:
-    """Terminates a child process (killing it if it lingers) and closes its pipes."""
+    """Terminates a child process (killing it if it lingers) and closes its pipes and log."""
     process.terminate()
     try:
         process.wait(timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-    for stream in (process.stdin, process.stdout, process.stderr):
+    for stream in (process.stdin, process.stdout, process.stderr, _LOGS.pop(process.pid, None)):
         if stream is not None:
             stream.close()
 

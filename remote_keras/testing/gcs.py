@@ -17,7 +17,7 @@ from typing import Any
 
 from typing_extensions import Self
 
-from remote_keras.testing.base import HOST, LocalServer, free_port, terminate
+from remote_keras.testing.base import HOST, LocalServer, free_port, log_tail, spawn, terminate
 
 __all__ = ["GCSServer", "fake_gcs_binary"]
 
@@ -97,15 +97,13 @@ class GCSServer(LocalServer):
             "-backend", "filesystem", "-filesystem-root", str(self.root),
             "-public-host", HOST, "-log-level", "error",  # any port: proxies too
         ]  # fmt: skip
-        process = self._process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
-        )
+        process = self._process = spawn(command)
         deadline = time.monotonic() + timeout
         while True:
             if process.poll() is not None:
-                err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                err = log_tail(process)
                 self.stop()
-                raise RuntimeError(f"fake-gcs-server exited: {err[-2000:]}")
+                raise RuntimeError(f"fake-gcs-server exited: {err}")
             try:
                 with socket.create_connection((HOST, self.port), timeout=0.5):
                     return self

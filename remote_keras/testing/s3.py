@@ -14,7 +14,7 @@ from typing import Any
 
 from typing_extensions import Self
 
-from remote_keras.testing.base import LocalServer, free_port, terminate
+from remote_keras.testing.base import LocalServer, free_port, log_tail, spawn, terminate
 
 __all__ = ["S3Server", "free_port", "rclone_binary"]
 
@@ -96,15 +96,13 @@ class S3Server(LocalServer):
             *(["--auth-key", f"{self.access_key},{self.secret_key}"] if self.auth else []),
             "--config", "/dev/null",  # never read a user's rclone.conf
         ]  # fmt: skip
-        process = self._process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
-        )
+        process = self._process = spawn(command)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                err = log_tail(process)
                 self.stop()
-                raise RuntimeError(f"rclone serve s3 exited: {err[-2000:]}")
+                raise RuntimeError(f"rclone serve s3 exited: {err}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     return self
