@@ -7,6 +7,7 @@ copy, with one GET per image per epoch.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -144,6 +145,11 @@ def damaged_s3(s3_server, image_dir):
     prefix = f"data/damaged-{uuid.uuid4().hex[:8]}"
     fs.put(local + "/", prefix + "/", recursive=True)
     fs.pipe(f"{prefix}/dog/dog_3.jpg", b"\xff\xd8 this is not a JPEG")
+    for path in glob.glob(os.path.join(local, "**", "*.*"), recursive=True):  # stored whole?
+        key = f"{prefix}/{os.path.relpath(path, local)}"
+        if not key.endswith("dog/dog_3.jpg"):
+            with open(path, "rb") as f:
+                assert fs.cat(key) == f.read(), f"the S3 test server stored {key} damaged"
     return f"s3://{prefix}", fs
 
 
@@ -155,11 +161,11 @@ def test_on_error_skip_drops_names_and_records(damaged_s3, s3_options):
     fs.rm(f"{url[5:]}/bird/bird_1.jpg")  # listed, then gone: a failed read
     with pytest.warns(UserWarning, match="on_error='skip'") as caught:
         batches = list(ours.as_numpy_iterator())
-    assert sum(len(y) for _, y in batches) == len(ours.file_paths) - 2
-    assert [len(y) for _, y in batches[:-1]] == [4] * (len(batches) - 1)  # later samples fill
     expected = {f"{url}/dog/dog_3.jpg", f"{url}/bird/bird_1.jpg"}
     skipped = dict(ours.skipped)
-    assert set(skipped) == expected
+    assert set(skipped) == expected, skipped  # any other file: its reason is shown
+    assert sum(len(y) for _, y in batches) == len(ours.file_paths) - 2
+    assert [len(y) for _, y in batches[:-1]] == [4] * (len(batches) - 1)  # later samples fill
     assert "decode" in skipped[f"{url}/dog/dog_3.jpg"]
     assert "FileNotFoundError" in skipped[f"{url}/bird/bird_1.jpg"]
     assert any(url in str(w.message) and "dataset.skipped" in str(w.message) for w in caught)
