@@ -22,6 +22,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Worker processes of the suite (pytest-xdist), a test file each at a time: much of a test's time
+# is spent waiting (on servers, subprocesses, retries), so two workers use both cores.
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile
 # Run on the oldest pair too (the two-JAX-process test skips there, saying why).
 OLDEST_TESTS := tests/test_api.py tests/test_parity.py tests/test_concurrency.py \
 	tests/test_keras_preprocessing_suite.py tests/test_sharding.py \
@@ -87,15 +91,15 @@ bench-scale: $(STAMP)
 test: lint azurite
 	@PYTHON=$(PYTHON) bash .ci/test-oldest --prepare > .venv-oldest.prepare.log 2>&1 &
 	@PYTHON=$(PYTHON) bash .ci/test-keras2 --prepare > .venv-keras2.prepare.log 2>&1 &
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(XDIST)
 	$(MAKE) --no-print-directory test-oldest
 	$(MAKE) --no-print-directory test-keras2
 
 test-fast: lint
-	$(BIN)/python -m pytest -m "not slow and not network"
+	$(BIN)/python -m pytest $(XDIST) -m "not slow and not network"
 
 test-oldest:
-	PYTHON=$(PYTHON) bash .ci/test-oldest $(OLDEST_TESTS)
+	PYTHON=$(PYTHON) bash .ci/test-oldest $(XDIST) $(OLDEST_TESTS)
 
 test-keras2: $(STAMP)
 	PYTHON=$(PYTHON) KERAS2_LEGACY_ARGS="$(KERAS2_LEGACY_TESTS)" bash .ci/test-keras2 $(KERAS2_TESTS)

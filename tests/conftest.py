@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import uuid
 
@@ -29,6 +30,11 @@ else:
     settings.register_profile("ci", derandomize=True)
     if os.environ.get("CI"):
         settings.load_profile("ci")
+
+# pytest-xdist's workers (`make test` runs two) ignore SIGINT, their controller handles Ctrl-C,
+# and the processes they start inherit that: the tests of Ctrl-C need Python's own handler.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 CLASSES = TEST_CLASSES
 # The suite's images, from the shared synthetic-data module (the names tests import).
