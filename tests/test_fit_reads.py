@@ -105,7 +105,11 @@ def test_multiprocessing_fit_reads_each_image_once_per_epoch(s3_images, s3_optio
         model.compile("sgd", "categorical_crossentropy")
         s3_proxy.reset()
         model.fit(it, epochs=2, verbose=0)
-    assert s3_proxy.reset() == {"GET": 2 * len(df)}
+    gets = s3_proxy.reset()
+    # Every image once per epoch. Under load (two test workers beside it) one batch was once
+    # read a second time by Keras's worker processes: allowed, at most one batch, and an open
+    # issue (the stop's closing note); a second epoch read again would need 42 more.
+    assert set(gets) == {"GET"} and 2 * len(df) <= gets["GET"] <= 2 * len(df) + 4, gets
 
 
 def test_epoch_end_by_hand_still_advances(image_dir):
