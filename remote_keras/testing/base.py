@@ -36,7 +36,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def spawn(command: list[str]) -> subprocess.Popen:
+class LoggedProcess(subprocess.Popen):
+    """A server process whose log (stderr) goes to a temporary file, `log`."""
+
+    log: Any = None
+
+
+def spawn(command: list[str]) -> LoggedProcess:
     """Starts a server process whose log (stderr) goes to a temporary file.
 
     Never to a pipe: nobody reads it while the server runs, and once 64 KiB of
@@ -44,24 +50,20 @@ def spawn(command: list[str]) -> subprocess.Popen:
     pipe, the server blocks at its next log line, mid-request.
     """
     log = tempfile.TemporaryFile()
-    process = subprocess.Popen(
+    process = LoggedProcess(
         command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log
     )
-    _LOGS[process.pid] = log
+    process.log = log
     return process
 
 
 def log_tail(process: subprocess.Popen, limit: int = 2000) -> str:
-    """The last `limit` characters a process started by `spawn` logged."""
-    log = _LOGS.get(process.pid)
-    if log is None:
+    """The last `limit` bytes a process started by `spawn` logged, decoded."""
+    log = getattr(process, "log", None)
+    if log is None or log.closed:
         return ""
-    log.flush()
     log.seek(max(0, os.fstat(log.fileno()).st_size - limit))
     return log.read().decode(errors="replace")
-
-
-_LOGS: dict[int, Any] = {}  # pid -> the log file of a process started by `spawn`
 
 
 def terminate(process: subprocess.Popen, timeout: float = 10.0) -> None:
@@ -72,7 +74,7 @@ def terminate(process: subprocess.Popen, timeout: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-    for stream in (process.stdin, process.stdout, process.stderr, _LOGS.pop(process.pid, None)):
+    for stream in (process.stdin, process.stdout, process.stderr, getattr(process, "log", None)):
         if stream is not None:
             stream.close()
 
