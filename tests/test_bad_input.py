@@ -36,6 +36,7 @@ def test_errors_while_checking_filenames_keep_the_scheme(s3_images, s3_options):
     assert "wrong-secret-123" not in str(info.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("validate_filenames", [True, False])
 def test_no_credentials_at_all_say_where_to_put_them(
     s3_images, s3_options, no_aws_environment, validate_filenames

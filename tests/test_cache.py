@@ -277,6 +277,7 @@ def test_unwritable_cache_degrades_to_the_store(
     assert not _temporaries(tmp_path)
 
 
+@pytest.mark.slow
 def test_image_dataset_from_directory_second_pass_reads_the_disk_cache(
     s3_images, s3_options, s3_proxy, tmp_path
 ):

@@ -119,6 +119,7 @@ def test_bad_knobs_are_rejected_with_received(image_dir, name, value):
         rk.ImageDataGenerator().flow_from_dataframe(df, directory, **{name: value})
 
 
+@pytest.mark.slow
 def test_close_stops_threads_and_refuses_more_work(image_dir):
     directory, df = image_dir
     it = rk.ImageDataGenerator().flow_from_dataframe(df, directory, batch_size=4)
@@ -131,6 +132,7 @@ def test_close_stops_threads_and_refuses_more_work(image_dir):
         it[1]
 
 
+@pytest.mark.slow
 def test_collected_iterator_leaves_no_threads(image_dir):
     directory, df = image_dir
     for _ in range(5):
@@ -192,6 +194,7 @@ def _wait_until(condition, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_failed_prefetched_batch_is_retried_when_asked_for(image_dir):
     directory, df = image_dir
     failed = set()

@@ -73,6 +73,7 @@ def test_unknown_loader_name_is_rejected():
         rk.DataFrameIterator(pd.DataFrame({"filename": [], "class": []}), loader="fast")
 
 
+@pytest.mark.slow
 def test_jpeg_draft_is_opt_in_and_close_to_stock(tmp_path):
     rng = np.random.default_rng(3)
     (tmp_path / "a").mkdir()
@@ -101,6 +102,7 @@ def test_jpeg_draft_leaves_png_exact(image_dir):
     np.testing.assert_array_equal(x[png], stock[0][0][png])
 
 
+@pytest.mark.slow
 def test_cache_makes_later_epochs_request_free(s3_images, s3_options, s3_proxy, tmp_path):
     url, df = s3_images
     gen = rk.ImageDataGenerator(storage_options=s3_options, cache_dir=str(tmp_path / "cache"))

@@ -33,6 +33,7 @@ def public(error: BaseException) -> None:
         seen = seen.__cause__
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", LOADERS)
 def test_a_wrong_port_at_construction_is_a_connection_error_naming_it(
     s3_images, s3_options, loader
@@ -50,6 +51,7 @@ def test_a_wrong_port_at_construction_is_a_connection_error_naming_it(
     assert str(pickle.loads(pickle.dumps(info.value))) == message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", LOADERS)
 def test_an_unknown_host_at_construction_says_it_did_not_resolve(s3_images, s3_options, loader):
     url, _ = s3_images
@@ -91,6 +93,7 @@ def failures(s3_images, s3_options, s3_proxy, loader):
     return found
 
 
+@pytest.mark.slow
 def test_each_failure_has_the_same_types_from_every_loader(s3_images, s3_options, s3_proxy):
     by_loader = {loader: failures(s3_images, s3_options, s3_proxy, loader) for loader in LOADERS}
     for scenario in by_loader["fsspec"]:

@@ -163,6 +163,7 @@ def test_object_requests_are_told_from_listings_and_api_calls():
 # --------------------------------------------------------------------------- raw HTTP
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(STATUS_CODES))
 def test_status_faults_are_well_formed_responses(s3_server, proxy, prefix, kind):
     target = presigned_target(s3_server, proxy, f"{prefix}/a.bin")
@@ -186,6 +187,7 @@ def test_status_faults_are_well_formed_responses(s3_server, proxy, prefix, kind)
         ("stall", TimeoutError),
     ],
 )
+@pytest.mark.slow
 def test_connection_faults_break_the_response(s3_server, proxy, prefix, kind, error):
     target = presigned_target(s3_server, proxy, f"{prefix}/a.bin")
     proxy.set_faults(plan(kind))
@@ -271,6 +273,7 @@ def test_flip_keeps_status_length_and_headers_but_not_the_bytes(s3_server, proxy
     assert raw_get(proxy.port, target)[2] == DATA
 
 
+@pytest.mark.slow
 def test_flip_rate_and_seed_choose_which_bodies(s3_server, proxy, prefix):
     target = presigned_target(s3_server, proxy, f"{prefix}/a.bin")
     runs = []
@@ -308,6 +311,7 @@ def test_flipped_bodies_reach_both_loaders_unnoticed_without_checks(s3_server, p
 # --------------------------------------------------------------------------- s3fs
 
 
+@pytest.mark.slow
 def test_s3fs_sees_each_fault(s3_server, proxy, prefix):
     fs = s3fs_client(s3_server, proxy)
     for kind in FAULT_KINDS:
@@ -354,6 +358,7 @@ def test_listings_are_not_faulted_with_only_objects(s3_server, proxy, prefix):
 # --------------------------------------------------------------------------- obstore
 
 
+@pytest.mark.slow
 def test_obstore_sees_each_fault(s3_server, proxy, prefix):
     store = obstore_client(s3_server, proxy)
     key = prefix.split("/", 1)[1] + "/a.bin"
@@ -409,6 +414,7 @@ def lakefs_client(server: LakeFSServer, proxy: CountingProxy) -> LakeFSFileSyste
     return LakeFSFileSystem(**options, request_config={"request_timeout": TIMEOUT_S})
 
 
+@pytest.mark.slow
 def test_lakefs_spec_sees_each_fault(lakefs_repo, lakefs_proxy):
     server, repo = lakefs_repo
     fs = lakefs_client(server, lakefs_proxy)

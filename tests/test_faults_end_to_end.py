@@ -35,6 +35,7 @@ def epoch_and_stats(options, url, df, loader):
         return epoch(it), it.stats
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", ["fsspec", "obstore"])
 def test_five_percent_faults_change_nothing_on_s3(many_images, s3_options, s3_proxy, loader):
     url, df = many_images
@@ -51,6 +52,7 @@ def test_five_percent_faults_change_nothing_on_s3(many_images, s3_options, s3_pr
     assert stats.images == len(df)
 
 
+@pytest.mark.slow
 def test_a_stalled_request_never_hangs_training(many_images, s3_options, s3_proxy):
     url, df = many_images
     df = df[:32]

@@ -112,6 +112,7 @@ def test_multiprocessing_fit_reads_each_image_once_per_epoch(s3_images, s3_optio
     assert set(gets) == {"GET"} and 2 * len(df) <= gets["GET"] <= 2 * len(df) + 4, gets
 
 
+@pytest.mark.slow
 def test_epoch_end_by_hand_still_advances(image_dir):
     directory, df = image_dir
     with rk.ImageDataGenerator().flow_from_dataframe(df, directory, seed=3, batch_size=4) as it:

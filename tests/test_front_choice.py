@@ -51,6 +51,7 @@ def test_legacy_keras_without_tf_keras_says_what_to_install(fresh_choice, monkey
         remote_keras._front()
 
 
+@pytest.mark.slow
 def test_names_come_from_the_chosen_front_in_a_fresh_interpreter():
     script = textwrap.dedent(
         """

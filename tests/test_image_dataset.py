@@ -66,6 +66,7 @@ PARITY = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kwargs", PARITY, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
 def test_local_equals_keras_over_two_epochs(image_dir, capsys, kwargs):
     local, _ = image_dir
@@ -116,6 +117,7 @@ def test_unshuffled_order_and_seeded_shuffle_without_seed(image_dir):
     assert ours.file_paths == stock.file_paths  # the same seed drawn from np.random
 
 
+@pytest.mark.slow
 def test_s3_equals_keras_on_local_copy_with_one_get_per_image(
     image_dir, s3_images, s3_options, s3_proxy
 ):
@@ -153,6 +155,7 @@ def damaged_s3(s3_server, image_dir):
     return f"s3://{prefix}", fs
 
 
+@pytest.mark.slow
 def test_on_error_skip_drops_names_and_records(damaged_s3, s3_options):
     url, fs = damaged_s3
     ours = rk.image_dataset_from_directory(
@@ -174,6 +177,7 @@ def test_on_error_skip_drops_names_and_records(damaged_s3, s3_options):
     assert len(ours.skipped) == 4
 
 
+@pytest.mark.slow
 def test_on_error_raise_names_the_file(damaged_s3, s3_options):
     url, _ = damaged_s3
     ours = rk.image_dataset_from_directory(
@@ -203,6 +207,7 @@ def test_a_failure_in_last_place_is_accounted_for_by_the_last_batch(tmp_path):
         list(raising.as_numpy_iterator())
 
 
+@pytest.mark.slow
 def test_lakefs_equals_keras_and_records_the_commit(image_dir, tmp_path):
     # The oldest-pair venv installs the `test` extra only (no lakeFS clients).
     lakefs = pytest.importorskip("lakefs", reason="the lakefs extra is not installed")
@@ -240,6 +245,7 @@ def test_lakefs_equals_keras_and_records_the_commit(image_dir, tmp_path):
         assert rk.pinned_urls(record) == [f"lakefs://{name}/{commit}/train/"]
 
 
+@pytest.mark.slow
 def test_fit_a_tiny_model(image_dir):
     local, _ = image_dir
     train, val = rk.image_dataset_from_directory(
@@ -343,6 +349,7 @@ def test_jax_backend_reads_and_fits_from_s3(image_dir, s3_images, s3_options):
     assert len(report["loss"]) == 2 and np.isfinite(report["loss"]).all()
 
 
+@pytest.mark.slow
 def test_skip_passes_continues_the_stream_without_reading(s3_images, s3_options, s3_proxy):
     url, _ = s3_images
     kwargs = dict(storage_options=s3_options, image_size=(5, 5), batch_size=4, seed=9)

@@ -71,6 +71,7 @@ def _fit(local, backup=None, interrupt=None, callback=rk.BackupAndRestore, save_
     return [[by_digest[d] for batch in epoch for d in batch] for epoch in steps]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("save_freq", "interrupt"), [("epoch", (2, 1)), (3, (2, 2))])
 def test_a_restored_fit_reads_each_epoch_of_the_uninterrupted_run(
     image_dir, tmp_path, save_freq, interrupt
@@ -88,6 +89,7 @@ def test_a_restored_fit_reads_each_epoch_of_the_uninterrupted_run(
     assert resumed == reference[epoch:]
 
 
+@pytest.mark.slow
 def test_keras_own_callback_restarts_the_order_at_the_first_pass(image_dir, tmp_path):
     # What the docs say of keras.callbacks.BackupAndRestore with such a dataset: the
     # weights and epoch come back, but the dataset is new, so the resumed epochs read the
@@ -100,6 +102,7 @@ def test_keras_own_callback_restarts_the_order_at_the_first_pass(image_dir, tmp_
     assert resumed == reference[: EPOCHS - 2]
 
 
+@pytest.mark.slow
 def test_a_dataset_read_through_a_derived_one_warns_on_restore(image_dir, tmp_path):
     # Iterators made over `dataset.map(...)` draw from the dataset's shuffle unseen: the
     # restore cannot place the order, and says so.

@@ -18,6 +18,7 @@ from collections import deque
 from pathlib import Path
 
 import grimp
+import pytest
 
 ROOT = Path(__file__).parents[1]
 PACKAGE = "remote_keras"
@@ -212,6 +213,7 @@ def test_the_fronts_and_their_core_import_neither_front():
     assert (keras3, keras2, core) == ({}, {}, {})
 
 
+@pytest.mark.slow
 def test_modules_and_classes_stay_small():
     too_big = []
     for path in (ROOT / "remote_keras").rglob("*.py"):

@@ -37,6 +37,7 @@ def _fit(it, step_delay: float, epochs: int = 2, **fit_kwargs):
     return stall, lines, history
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 4])
 def test_a_slow_store_shows_as_input_wait(image_dir, workers):
     directory, df = image_dir
@@ -154,6 +155,7 @@ def test_batches_built_ahead_are_not_waited_for(image_dir, fake_time):
     assert report.train_s == pytest.approx(n * 1.0 + 0.5 * len(late))
 
 
+@pytest.mark.slow
 def test_input_wait_through_to_tf_dataset(image_dir):
     directory, df = image_dir
     gen = rk.ImageDataGenerator(rescale=1 / 255, loader=SlowLoader(0.15))

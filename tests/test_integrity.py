@@ -171,6 +171,7 @@ def epoch(options, url, df, loader, **kwargs):
         return [it[i] for i in range(len(it))], it.stats, list(it.skipped)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", LOADERS)
 def test_flipped_bodies_never_reach_the_batches(jpegs, s3_options, s3_proxy, loader):
     url, df, _ = jpegs
@@ -188,6 +189,7 @@ def test_flipped_bodies_never_reach_the_batches(jpegs, s3_options, s3_proxy, loa
     assert stats.verified == len(df) and stats.unverified == 0 and stats.images == len(df)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", LOADERS)
 def test_without_verify_checksums_a_flipped_body_reaches_the_batch(
     jpegs, s3_options, s3_proxy, loader
@@ -411,6 +413,7 @@ def azure_store(image_dir):
         yield options, "az://data/checks", proxy
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", ["gcs", "azure"])
 def test_gcs_and_azure_catch_flips_through_fsspec(request, image_dir, store):
     options, url, proxy = request.getfixturevalue(f"{store}_store")
@@ -428,6 +431,7 @@ def test_gcs_and_azure_catch_flips_through_fsspec(request, image_dir, store):
         assert_same_batch(a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", ["gcs", "azure"])
 def test_gcs_and_azure_reads_through_obstore_are_unverified(request, image_dir, store):
     options, url, _ = request.getfixturevalue(f"{store}_store")

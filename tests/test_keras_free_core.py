@@ -103,6 +103,7 @@ def test_every_module_is_in_a_layer():
     assert len(CORE) > 30 and len(KERAS_LAYER) > 5  # the lists are the real package
 
 
+@pytest.mark.slow
 def test_core_modules_import_without_keras(tmp_path):
     result = _run_blocked(
         f"""

@@ -118,6 +118,7 @@ def test_commit_id_and_tag_refs(target, client, repo):
             assert it.samples == 21
 
 
+@pytest.mark.slow
 def test_data_version_callback_writes_the_pins(target, client, repo, tmp_path):
     import keras
 

@@ -8,6 +8,7 @@ implementation on random trees, staging areas (with deletions), prefixes, delimi
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,6 +51,7 @@ def reference(items: dict, prefix: str, delimiter: str, after: str, amount: int)
     after=st.sampled_from(["", "a", "a/", "a/b", "b", "b/a", "ab", "bb"]),
     amount=st.integers(1, 5),
 )
+@pytest.mark.slow
 def test_page_matches_a_sorted_scan(committed, staged, prefix, delimiter, after, amount):
     tree = Tree({p: entry(f"c-{p}") for p in committed})
     staging = Staging()

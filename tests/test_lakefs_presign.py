@@ -330,6 +330,7 @@ def test_a_lakefs_outage_does_not_stop_an_unshuffled_epoch(image_dir, behind_pro
         assert not lakefs_counts and data_counts == {DATA_GET: read}
 
 
+@pytest.mark.slow
 def test_renewal_during_a_lakefs_outage_fails_naming_the_server(behind_proxy):
     """Addresses expired and lakeFS down: retried up to the deadline, then the server is named."""
     _, api, options = behind_proxy

@@ -100,6 +100,7 @@ def test_idle_iterators_release_threads_and_connections(s3_server, s3_images, lo
             it.close()
 
 
+@pytest.mark.slow
 def test_pools_are_not_released_while_work_runs():
     pools = prefetch.WorkerPools(2, 2, 1, idle_s=0.05)
     release = threading.Event()

@@ -259,6 +259,7 @@ def directory_order(names):
     return sorted(names, key=lambda n: (n.split("/")[0], os.path.dirname(n), os.path.basename(n)))
 
 
+@pytest.mark.slow
 def test_big_directory_lists_in_parallel_keys_only(big_s3_tree, s3_options, s3_proxy):
     url, names = big_s3_tree
     gen = rk.ImageDataGenerator(storage_options=s3_options)
@@ -277,6 +278,7 @@ def test_big_directory_lists_in_parallel_keys_only(big_s3_tree, s3_options, s3_p
     assert counts.get("HEAD", 0) == counts.get("GET", 0) == 0, counts
 
 
+@pytest.mark.slow
 def test_training_and_validation_subsets_list_once(big_s3_tree, s3_options, s3_proxy):
     url, names = big_s3_tree
     gen = rk.ImageDataGenerator(validation_split=0.25, storage_options=s3_options)
@@ -293,6 +295,7 @@ def test_training_and_validation_subsets_list_once(big_s3_tree, s3_options, s3_p
         again.close()
 
 
+@pytest.mark.slow
 def test_validate_filenames_lists_parents_in_parallel(big_s3_tree, s3_options, s3_proxy):
     url, names = big_s3_tree
     rows = [f"{url}/{n}" for n in names] + [f"{url}/a/missing.png", f"{url}/c/nested/none.png"]
@@ -310,6 +313,7 @@ def test_validate_filenames_lists_parents_in_parallel(big_s3_tree, s3_options, s
     assert counts["LIST"] <= len(names) / 1000 + 6 + 2, counts
 
 
+@pytest.mark.slow
 def test_s3_listing_cache_is_opt_in_with_a_lifetime(big_s3_tree, s3_options, s3_proxy, tmp_path):
     url, names = big_s3_tree
     off = rk.ImageDataGenerator(
@@ -353,6 +357,7 @@ def lakefs_listings(server) -> int:
     return sum(n for route, n in server.reset().items() if route.endswith("/objects/ls"))
 
 
+@pytest.mark.slow
 def test_lakefs_lists_pages_of_1000_and_reads_a_commit_from_disk_after(
     lakefs_commit, monkeypatch, tmp_path
 ):

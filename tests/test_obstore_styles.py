@@ -120,6 +120,7 @@ def test_top_level_endpoint_url(s3_server, obj):
     assert rk.ObstoreLoader(top_level(s3_server))(url) == payload
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("endpoint_variable", ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"])
 @pytest.mark.parametrize("region_variable", ["AWS_REGION", "AWS_DEFAULT_REGION", None])
 def test_environment_only(s3_server, obj, monkeypatch, endpoint_variable, region_variable):
@@ -320,6 +321,7 @@ def test_server_faults_stay_transient_in_one_line(s3_options, s3_proxy, obj, kin
     assert loader(url) == obj[1]  # and the store still works afterwards
 
 
+@pytest.mark.slow
 def test_silent_server_is_a_timeout_error(silent_server, s3_server, obj):
     url, _ = obj
     endpoint, connections = silent_server
@@ -370,6 +372,7 @@ def test_errors_pickle(s3_server, obj):
 # --------------------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow
 def test_flow_from_dataframe_with_top_level_options_equals_fsspec(s3_server, s3_images):
     url, df = s3_images
     options = top_level(s3_server)

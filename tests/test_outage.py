@@ -108,6 +108,7 @@ def _get_counts(port: int, connection: http.client.HTTPConnection | None = None)
     return response.status
 
 
+@pytest.mark.slow
 def test_outage_refuses_resets_and_comes_back_on_the_same_port(s3_server):
     with CountingProxy(s3_server.port) as proxy:
         port = proxy.port
@@ -135,6 +136,7 @@ def _wait_until_up(proxy: CountingProxy, guard_s: float = 60) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_an_outage_during_an_outage_extends_it(s3_server):
     with CountingProxy(s3_server.port) as proxy:
         start = time.monotonic()
@@ -146,6 +148,7 @@ def test_an_outage_during_an_outage_extends_it(s3_server):
             proxy.outage(-1)
 
 
+@pytest.mark.slow
 def test_proxy_process_outage_by_method_and_magic_path(s3_server):
     with ProxyProcess(s3_server.port) as process:
         port = process.port

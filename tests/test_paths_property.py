@@ -33,6 +33,7 @@ def _png(value: int) -> bytes:
 @settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@pytest.mark.slow
 @given(names=st.lists(NAME, min_size=1, max_size=6, unique=True))
 def test_odd_keys_round_trip(names, s3fs_direct, s3_options):
     prefix = f"data/prop-{uuid.uuid4().hex[:8]}"

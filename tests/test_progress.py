@@ -67,6 +67,7 @@ def test_a_slow_listing_keeps_the_bar_ticking(
     assert err.count(f"Listing {url}") >= 4
 
 
+@pytest.mark.slow
 def test_a_bar_written_to_a_file_is_not_redrawn(
     immediate_bars, monkeypatch, s3_images, s3_options, capsys
 ):

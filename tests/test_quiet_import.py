@@ -39,6 +39,7 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_importing_the_package_and_its_generator_prints_nothing(tmp_path):
     level = tmp_path / "level.txt"
     code = (

@@ -253,6 +253,7 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+@pytest.mark.slow
 def test_many_create_iterate_close_cycles_leak_nothing(image_dir):
     import gc
 
@@ -282,6 +283,7 @@ def test_many_create_iterate_close_cycles_leak_nothing(image_dir):
     assert psutil.Process().memory_info().rss - rss < 40 * 2**20
 
 
+@pytest.mark.slow
 def test_keyboard_interrupt_stops_background_work_promptly(image_dir):
     import os
     import signal

@@ -157,6 +157,7 @@ def _check_resume(make, tmp_path, interrupt=(1, 5), save_freq=2, **kwargs):
     return saved
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fit_shuffle", [True, False])
 def test_fit_resumes_mid_epoch_with_the_same_batches_and_weights(image_dir, tmp_path, fit_shuffle):
     local, df = image_dir
@@ -164,6 +165,7 @@ def test_fit_resumes_mid_epoch_with_the_same_batches_and_weights(image_dir, tmp_
     assert (saved["epoch"], saved["batch"]) == (1, 5)  # 7 batches an epoch, a backup every 2
 
 
+@pytest.mark.slow
 def test_fit_resumes_at_an_epoch_boundary(image_dir, tmp_path):
     local, df = image_dir
     saved = _check_resume(lambda: _iterator(local, df), tmp_path, save_freq="epoch")
@@ -176,6 +178,7 @@ def test_fit_resumes_at_an_epoch_boundary(image_dir, tmp_path):
     [((1, 6), (2, 0)), ((1, 5), (1, 6))],
     ids=["after-the-last-batch", "one-batch-left"],
 )
+@pytest.mark.slow
 def test_backups_at_the_end_of_an_epoch_resume(
     image_dir, tmp_path, fit_shuffle, interrupt, restart
 ):
@@ -193,12 +196,14 @@ def test_backups_at_the_end_of_an_epoch_resume(
     assert (saved["epoch"], saved["batch"]) == restart
 
 
+@pytest.mark.slow
 def test_resume_with_threads_and_worker_processes(image_dir, tmp_path):
     local, df = image_dir
     _check_resume(lambda: _iterator(local, df, workers=2), tmp_path)
     _check_resume(lambda: _iterator(local, df, workers=2, use_multiprocessing=True), tmp_path)
 
 
+@pytest.mark.slow
 def test_each_sharded_worker_resumes_its_own_shard(image_dir, tmp_path):
     local, df = image_dir
     for index in (0, 1):
@@ -217,6 +222,7 @@ class FiltersSeen(keras.callbacks.Callback):
         self.seen.append(list(warnings.filters))
 
 
+@pytest.mark.slow
 def test_a_resumed_fit_leaves_process_state_alone_but_for_the_batch_order(image_dir, tmp_path):
     local, df = image_dir
     backup = str(tmp_path / "quiet")
@@ -230,6 +236,7 @@ def test_a_resumed_fit_leaves_process_state_alone_but_for_the_batch_order(image_
     assert seen.seen and all(now == filters for now in seen.seen)
 
 
+@pytest.mark.slow
 def test_two_open_iterators_that_fit_a_backup_are_refused_by_name(image_dir, tmp_path):
     local, df = image_dir
     backup = str(tmp_path / "twice")
@@ -241,6 +248,7 @@ def test_two_open_iterators_that_fit_a_backup_are_refused_by_name(image_dir, tmp
         assert one.epoch == 0 and other.epoch == 1
 
 
+@pytest.mark.slow
 def test_resume_through_to_tf_dataset(image_dir, tmp_path):
     local, df = image_dir
 
@@ -269,6 +277,7 @@ def test_resume_through_to_tf_dataset(image_dir, tmp_path):
     assert second == reference[per_epoch + 5 :]
 
 
+@pytest.mark.slow
 def test_initial_epoch_reads_that_epochs_batches(image_dir, tmp_path):
     local, df = image_dir
     make = lambda: _iterator(local, df)  # noqa: E731
@@ -277,6 +286,7 @@ def test_initial_epoch_reads_that_epochs_batches(image_dir, tmp_path):
     assert later == reference[len(it) :]
 
 
+@pytest.mark.slow
 def test_resumed_lakefs_run_reads_the_first_runs_commit(image_dir, tmp_path):
     # The oldest-pair run (.ci/test-oldest) installs the `test` extra only, without lakeFS.
     lakefs = pytest.importorskip("lakefs", reason="the lakefs extra is not installed")
@@ -409,6 +419,7 @@ def test_sigkill_then_resume_under_jax(image_dir, tmp_path):
     [((1, 5), 2, 1), ((1, 6), 1, 2), ((1, 6), "epoch", 1)],
     ids=["mid-epoch", "after-the-last-batch", "epoch-end"],
 )
+@pytest.mark.slow
 def test_the_validation_iterator_resumes_too(
     image_dir, tmp_path, interrupt, save_freq, resumed_from
 ):

@@ -92,6 +92,7 @@ def test_one_get_and_no_head_per_image(s3_images, s3_options, s3_proxy):
     assert counts == {"GET": len(df)}, counts
 
 
+@pytest.mark.slow
 def test_validation_lists_instead_of_one_request_per_row(
     s3_server, s3fs_direct, s3_options, s3_proxy
 ):
@@ -171,6 +172,7 @@ def test_bad_credentials_are_permission_error_without_the_secret(s3_images, s3_o
     assert secret not in str(info.value)
 
 
+@pytest.mark.slow
 def test_save_to_dir_accepts_a_url(s3_images, s3_options, s3fs_direct):
     url, df = s3_images
     gen = rk.ImageDataGenerator(storage_options=s3_options)
@@ -305,6 +307,7 @@ def test_save_prefix_with_a_url_under_a_local_save_to_dir_is_as_stock(
             it[0]
 
 
+@pytest.mark.slow
 def test_a_stalled_save_is_cancelled_and_retried(s3_server, s3_images, s3fs_direct):
     """The first PUT hangs: it is cut at `timeout_s` and sent again, not waited on for minutes."""
     url, df = s3_images

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import remote_keras as rk
 
 
@@ -28,6 +30,7 @@ def test_stats_count_images_bytes_requests_and_cache_hits(
     assert stats.images_per_s > 0 and stats.retries == 0 and stats.skipped == 0
 
 
+@pytest.mark.slow
 def test_rates_and_waits_are_wall_clock_and_exclude_time_away(image_dir):
     import time
 

@@ -155,6 +155,7 @@ def store(request) -> Store:
 # ------------------------------------------------------------------------------- the suite
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", LOADERS)
 def test_directory_listing_and_batches_equal_stock(image_dir, store, loader):
     local, df = image_dir
@@ -257,6 +258,7 @@ def _relative(store: Store, url: str, pinned: bool = True) -> str:
     return url[len(store.url) + 1 :]
 
 
+@pytest.mark.slow
 def test_image_dataset_from_directory_equals_keras_on_the_local_copy(image_dir, store):
     import keras
 

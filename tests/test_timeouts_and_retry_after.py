@@ -123,6 +123,7 @@ def read_one(url, df, options, loader, policy, monkeypatch=None, clock=None):
             return exc, it.stats
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", LOADERS)
 def test_a_stalled_read_ends_at_the_policy_timeout(s3_images, s3_options, s3_proxy, loader):
     """The client itself gives up at `timeout_s` (2 s), long before the 30 s stall ends."""
@@ -138,6 +139,7 @@ def test_a_stalled_read_ends_at_the_policy_timeout(s3_images, s3_options, s3_pro
     assert requests["GET"] == 1 and requests["fault:stall"] == 1, requests  # no hidden retry
 
 
+@pytest.mark.slow
 def test_the_obstore_client_times_out_by_itself(s3_images, s3_options, s3_proxy):
     """Not only the fetcher's wait: the request ends, so no thread or exit is held by it."""
     url, df = s3_images
@@ -184,6 +186,7 @@ def test_retry_after_from_the_server_is_waited(
     assert stats.retries == 1 and clock.slept == [2.0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", LOADERS)
 def test_a_stalled_read_is_logged_once(
     s3_images, s3_options, s3_proxy, monkeypatch, caplog, loader
@@ -203,6 +206,7 @@ def test_a_stalled_read_is_logged_once(
     assert f"{url}/{df['filename'][0]}" in warnings[0]
 
 
+@pytest.mark.slow
 def test_a_request_queued_behind_others_gets_its_whole_timeout():
     """With one thread, the third read starts 2.4 s after the batch: not a timeout of 2 s."""
     import threading
