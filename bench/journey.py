@@ -32,6 +32,9 @@ trees of `bench/scale.py`, cached in `bench/.data/scale`): a serial botocore pag
 keeping the keys (the baseline), then `flow_from_directory` cold (`listing_cache_s`
 on, an empty cache folder) and warm (same folder, new process), each through the first
 batch. Results: stdout, `bench/results/journey-latest.json` and `.md`.
+
+`--no-fit` stops the lakeFS journey after the start-up stages; with `JOURNEY_PROFILE=DIR`
+set, each stage writes its cProfile statistics to `DIR/<stage>-<pid>.prof`.
 """
 
 from __future__ import annotations
@@ -414,6 +417,8 @@ class Journey:
         self.checks["labels CSV read at the images' commit"] = (
             out["table_url"] == f"lakefs://{REPO}/{commit}/labels.csv" and out["samples"] == n
         )
+        if not self.args.fit:
+            return
         steps = -(-n // BATCH)
         save_freq = max(1, steps // 8)
         fit = dict(base, stage="fit", save_freq=save_freq, backup=os.path.join(tmp, "ref"),
@@ -540,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--s3", type=int, default=100_000, help="S3 objects (10 folders)")
     parser.add_argument("--no-s3", dest="with_s3", action="store_false")
     parser.add_argument("--no-lakefs", dest="with_lakefs", action="store_false")
+    parser.add_argument("--no-fit", dest="fit", action="store_false",
+                        help="lakeFS: start-up stages only (no fit, kill, resume)")  # fmt: skip
     parser.add_argument("--backend", default=os.environ.get("KERAS_BACKEND", "tensorflow"))
     parser.add_argument("--data", default=str(HERE / ".data" / "scale"))
     parser.add_argument("--out", default=str(HERE / "results"))
@@ -548,7 +555,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.stage:
         spec = json.loads(args.stage)
-        print(json.dumps(lakefs_stage(spec) if "stage" in spec else s3_stage(spec)), flush=True)
+        stage = lakefs_stage if "stage" in spec else s3_stage
+        profile_dir = os.environ.get("JOURNEY_PROFILE")  # a folder: one cProfile file per stage
+        if profile_dir:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            out = profiler.runcall(stage, spec)
+            name = f"{spec.get('stage', spec.get('kind'))}-{os.getpid()}.prof"
+            profiler.dump_stats(os.path.join(profile_dir, name))
+        else:
+            out = stage(spec)
+        print(json.dumps(out), flush=True)
         return 0
     if args.serve_lakefs:
         serve_lakefs(args.serve_lakefs, args.lakefs, args.folders, args.data)

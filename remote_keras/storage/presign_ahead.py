@@ -4,7 +4,7 @@
 will be read (`PresignedReader.expect`, which the iterators call at
 construction). Started by the first read, it lists every folder to be read,
 `THREADS` at a time in the order first needed, keeping all their addresses
-(packed: `remote_keras.storage.compact.AddressTable`, about 85 bytes per object
+(packed: `remote_keras.storage.compact.AddressTable`, about 70 bytes per object
 for the stand-in's URLs; reading in shuffled order needs them all anyway).
 Then, while reads go on, it lists each folder again half-way through its addresses' lifetime. A
 listing that fails (the lakeFS server is down) is tried again after a
