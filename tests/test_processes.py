@@ -285,6 +285,68 @@ INTERRUPT_SCRIPT = textwrap.dedent(
 )
 
 
+SIGINT_SCRIPT = textwrap.dedent(
+    """
+    import json, multiprocessing, signal, sys
+    import remote_keras as rk
+
+    def ignored():
+        return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+    def handler(_):
+        return ignored()
+
+    def read_then_handler(args):
+        iterator, index = args
+        iterator[index]
+        return ignored()
+
+    def own_process(iterator, queue):
+        iterator[0]
+        queue.put(ignored())
+
+    if __name__ == "__main__":
+        multiprocessing.set_start_method(sys.argv[2], force=True)
+        it = rk.ImageDataGenerator().flow_from_directory(
+            sys.argv[1], target_size=(8, 8), batch_size=2, use_multiprocessing=True)
+        with multiprocessing.Pool(2) as pool:
+            before = pool.map(handler, range(2))
+            after = pool.map(read_then_handler, [(it, 0), (it, 1), (it, 2)], chunksize=1)
+        queue = multiprocessing.Queue()
+        child = multiprocessing.Process(target=own_process, args=(it, queue))
+        child.start()
+        own = queue.get(timeout=120)
+        child.join()
+        it[0]
+        print(json.dumps({"before": before, "after": after, "own_process": own,
+                          "parent": signal.getsignal(signal.SIGINT) is signal.default_int_handler}))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_pool_workers_leave_ctrl_c_to_the_parent(start_method, image_dir, tmp_path):
+    """A worker killed by Ctrl-C mid-batch would lose that batch, and `fit` would wait forever.
+
+    Once it has read through the iterator, a pool's worker ignores SIGINT; the parent and a
+    process of the user's own keep theirs.
+    """
+    import json
+
+    local, _ = image_dir
+    script = tmp_path / "sigint.py"  # spawn re-imports the main module: it needs a file
+    script.write_text(SIGINT_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script), str(local), start_method], capture_output=True,
+        text=True, timeout=300, env=dict(os.environ, PYTHONPATH=os.getcwd()),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"before": [False, False], "after": [True, True, True],
+                    "own_process": False, "parent": True}  # fmt: skip
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_ctrl_c_stops_a_multiprocessing_fit(start_method, s3_images, s3_options):

@@ -44,6 +44,7 @@ class LifecycleMixin:
         """After `fork`, the parent's threads, futures and lock holders do not exist here."""
         if self._pid != os.getpid():
             self._per_process_state()
+        workers.leave_interrupts_to_parent()  # in a Keras worker process: Ctrl-C is the parent's
 
     _PROCESS_LOCAL = (
         "lock", "_pools", "_prefetcher", "_finalizer", "index_generator", "_pid"

@@ -19,6 +19,13 @@ while an iterator is open in the process:
   thread fails the batches Keras still waits for with `WorkerDiedError`, so
   `fit` ends with an error naming the process and the signal.
 
+A worker also leaves Ctrl-C to its parent (`leave_interrupts_to_parent`). A
+terminal's Ctrl-C signals every process of the foreground group: a worker
+that dies of it in the middle of a batch loses that batch, and the parent's
+main thread, waiting inside TensorFlow for it, never gets back to Python to
+raise its own `KeyboardInterrupt`, so `fit` would hang. The parent stops its
+workers when it stops.
+
 Failing those batches reads Keras's registry of its pools
 (`py_dataset_adapter._DATA_POOLS`) and completes their pending results
 (`Pool._cache`, `ApplyResult._set`): the standard library offers no public
@@ -53,6 +60,7 @@ _POOL_REGISTRIES = (
     "tf_keras.src.utils.data_utils",
 )
 _STOPPING = (signal.SIGTERM, signal.SIGINT)  # a pool's `terminate()`, or Ctrl-C
+_interrupts_checked_in = 0  # the process `leave_interrupts_to_parent` last looked at
 
 
 class WorkerDiedError(RuntimeError):
@@ -70,6 +78,25 @@ def track(iterator: Any, multiprocess: bool) -> None:
 def open_iterators() -> list[Any]:
     """This process's open iterators (`BackupAndRestore` looks for the ones `fit` reads)."""
     return [it for it in list(_OPEN) if not getattr(it, "closed", False)]
+
+
+def leave_interrupts_to_parent() -> None:
+    """In a pool's worker process, ignores SIGINT (Ctrl-C); elsewhere does nothing.
+
+    Called by an iterator before each batch it reads (once per process does the work).
+    """
+    global _interrupts_checked_in
+    if _interrupts_checked_in == os.getpid():
+        return
+    _interrupts_checked_in = os.getpid()
+    process = multiprocessing.current_process()
+    in_pool = "PoolWorker" in process.name or process.name.startswith("Keras_worker")
+    if (
+        in_pool
+        and multiprocessing.parent_process() is not None
+        and threading.current_thread() is threading.main_thread()
+    ):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def untrack(iterator: Any) -> None:
