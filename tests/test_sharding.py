@@ -348,6 +348,10 @@ JAX_WORKER_SCRIPT = textwrap.dedent(
     train = gen.flow_from_dataframe(pd.DataFrame(spec["rows"]), spec["directory"],
                                     target_size=(8, 8), batch_size=4, seed=3, loader=loader)
     loader.iterator = train
+    # Both processes here before the first collective: its transport (gloo) waits 30 s at most
+    # for the other, and imports alone can take longer on a loaded machine.
+    from jax._src import distributed
+    distributed.global_state.client.wait_at_barrier("ready", 600_000)
     keras.utils.set_random_seed(0)  # the same initial weights in both processes
     model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
                               keras.layers.Dense(3, activation="softmax")])
