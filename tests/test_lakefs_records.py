@@ -185,3 +185,24 @@ def test_lakectl_local_folder_is_recorded_by_its_ref(target, client, repo, image
         for i, batch in enumerate(from_disk):
             np.testing.assert_array_equal(batch[0], streamed[i][0])
             np.testing.assert_array_equal(batch[1], streamed[i][1])
+
+
+def test_a_records_folder_is_found_without_holding_the_iterators_paths():
+    """At 400k images the record once split every path into a list (about 64 MB at once)."""
+    import tracemalloc
+
+    from remote_keras.storage.records import _common_folder
+
+    assert _common_folder(["train/c1/1.jpg", "train/c2/2.jpg"]) == "train/"
+    assert _common_folder(["a/b1/x.jpg", "a/b/y.jpg"]) == "a/"
+    assert _common_folder(["a/b/c.jpg"]) == "a/b/"
+    assert _common_folder(["x.jpg", "a/y.jpg"]) == ""
+    assert _common_folder([]) is None
+    paths = (f"train/c{i % 1000:04d}/{i:06d}.jpg" for i in range(200_000))
+    tracemalloc.start()
+    try:
+        assert _common_folder(paths) == "train/"
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100_000, peak  # a few strings at a time, not 200,000 lists

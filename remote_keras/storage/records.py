@@ -19,7 +19,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -246,9 +246,11 @@ def _entries(iterator: Any) -> list[dict[str, Any]]:
     for pin in getattr(iterator, "lakefs_pins", []):
         prefix = pin.url()
         paths = []
-        files = [p[len(prefix) :] for p in iterator._filepaths if p.startswith(prefix)]
-        if files:
-            paths.append(_common_folder(files))
+        folder = _common_folder(
+            p[len(prefix) :] for p in iterator._filepaths if p.startswith(prefix)
+        )
+        if folder is not None:
+            paths.append(folder)
         elif lakefs.is_lakefs(str(iterator.directory or "")):
             directory = pin.url(lakefs.split(str(iterator.directory))[2])
             if directory.startswith(prefix):
@@ -300,15 +302,22 @@ def _entry_urls(entry: Mapping[str, Any]) -> list[str]:
     return [base + path for path in entry.get("paths") or [""]]
 
 
-def _common_folder(paths: Sequence[str]) -> str:
-    """The deepest folder holding every path, with a trailing `/` (`""` for the root)."""
-    folders = [p.split("/")[:-1] for p in paths]
-    common: list[str] = []
-    for column in zip(*folders):
-        if len(set(column)) != 1:
-            break
-        common.append(column[0])
-    return "/".join(common) + "/" if common else ""
+def _common_folder(paths: Iterable[str]) -> str | None:
+    """The deepest folder holding every path, with a trailing `/` (`""` for the root).
+
+    Streams `paths` (an iterator's 400,000 paths are never held at once): the prefix every
+    path shares is the one the lexicographically smallest and largest share. `None` if empty.
+    """
+    lowest = highest = None
+    for path in paths:
+        if lowest is None or path < lowest:
+            lowest = path
+        if highest is None or path > highest:
+            highest = path
+    if lowest is None or highest is None:
+        return None
+    shared = os.path.commonprefix([lowest, highest])
+    return shared[: shared.rfind("/") + 1]
 
 
 def _folder_of(path: str) -> str:
