@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from remote_keras.storage.compact import AddressTable, PrefixedPaths, common_prefix
+from remote_keras.storage.compact import AddressTable, PackedNames, PrefixedPaths, common_prefix
 
 
 def test_prefixed_paths_read_like_the_list_of_urls_they_replace():
@@ -24,6 +24,50 @@ def test_prefixed_paths_read_like_the_list_of_urls_they_replace():
     assert paths[3] == "s3://bucket/train/c/4.jpg"
     with pytest.raises(IndexError):
         paths[4]
+
+
+def test_packed_names_read_like_the_list_they_replace():
+    names = ["cat/1.jpg", "chat/\u00e9t\u00e9.png", "", "dog/\U0001f415.jpg"]
+    packed = PackedNames(names)
+    assert len(packed) == 4 and [packed[i] for i in range(-4, 4)] == names + names
+    assert packed == names and names == packed and list(packed) == names
+    assert packed[1:] == names[1:] and packed[::-2] == names[::-2]
+    assert packed != names[:3] and packed != names[::-1]
+    assert pickle.loads(pickle.dumps(packed)) == names
+    assert PackedNames(iter(names)) == names and PackedNames() == []
+    for wrong in (4, -5):
+        with pytest.raises(IndexError):
+            packed[wrong]
+
+
+def test_packed_names_cost_bytes_per_character_not_an_object_each():
+    names = [f"c{i % 1000:04d}/img_{i:07d}.jpg" for i in range(10_000)]  # 21 characters
+    as_list = sys.getsizeof(names) + sum(sys.getsizeof(name) for name in names)
+    packed = PackedNames(names)
+    held = sys.getsizeof(packed._text) + packed._ends.itemsize * len(packed._ends)
+    assert held <= (21 + 4) * len(names) + 100  # a byte per character, 4 for its end
+    assert as_list > 3 * held
+
+
+def test_a_listed_folders_names_are_packed_and_filenames_is_kerass_list(
+    s3_images, s3_options, image_dir
+):
+    import json
+
+    from keras.src.legacy.preprocessing import image as keras_image
+
+    import remote_keras as rk
+
+    url, _ = s3_images
+    local, _ = image_dir  # the same files
+    stock = keras_image.ImageDataGenerator().flow_from_directory(local, target_size=(8, 8))
+    gen = rk.ImageDataGenerator(storage_options=s3_options)
+    with gen.flow_from_directory(url, target_size=(8, 8)) as it:
+        assert isinstance(it._filenames, PackedNames)  # what the iterator holds
+        names = it.filenames
+        assert isinstance(names, list) and json.loads(json.dumps(names)) == names
+        assert names == stock.filenames
+        assert names is it.filenames  # made once, then kept
 
 
 def test_common_prefix_is_found_only_when_every_path_is_prefix_plus_name():

@@ -48,7 +48,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
     n: int
     total_batches_seen: int
     directory: Any
-    filenames: list[str]
+    _filenames: Sequence[str]
     seed: int | None
     _filepaths: Sequence[str]
 
@@ -109,6 +109,23 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         self.max_queue_size = self.options.max_queue_size
 
     @property
+    def filenames(self) -> list[str]:
+        """Every file's name relative to `directory`, as Keras's attribute (a list).
+
+        The names of a listed folder are held packed (`compact.PackedNames`,
+        about 60 bytes less per file); this list is made at the first access
+        and kept.
+        """
+        names = self._filenames
+        if not isinstance(names, list):
+            names = self._filenames = list(names)
+        return names
+
+    @filenames.setter
+    def filenames(self, names: Sequence[str]) -> None:
+        self._filenames = names
+
+    @property
     def filepaths(self) -> list[str]:
         """Every file's full path or URL, as Keras's attribute: a new list on each access.
 
@@ -120,12 +137,12 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         """The paths read, by index: a shared prefix and `filenames` when they are that."""
         prefix = self._path_prefix
         if prefix is not None:
-            paths: Sequence[str] = PrefixedPaths(prefix, self.filenames)
+            paths: Sequence[str] = PrefixedPaths(prefix, self._filenames)
         else:
-            paths = [self._path_of(name) for name in self.filenames]
-            prefix = compact.common_prefix(paths, self.filenames)
+            paths = [self._path_of(name) for name in self._filenames]
+            prefix = compact.common_prefix(paths, self._filenames)
             if prefix is not None:
-                paths = PrefixedPaths(prefix, self.filenames)
+                paths = PrefixedPaths(prefix, self._filenames)
         self._known_paths = {}
         return paths
 

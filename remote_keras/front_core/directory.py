@@ -108,6 +108,6 @@ def init_from_listing(it: Any, directory: str, image_data_generator: Any, **kw: 
         it, directory, kw["classes"], it.split
     )
     it.num_classes = len(kw["classes"] or it.class_indices)
-    it.samples = len(it.filenames)
+    it.samples = len(it._filenames)
     it._keras_print(f"Found {it.samples} images belonging to {it.num_classes} classes.")
     it._keras_iterator_init(it.samples, kw["batch_size"], kw["shuffle"], kw["seed"])

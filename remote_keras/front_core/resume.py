@@ -44,7 +44,7 @@ def fingerprint(iterator: Any) -> dict[str, Any]:
         names in order, the class indices and the batch size.
     """
     digest = hashlib.sha256()
-    for name in iterator.filenames:
+    for name in iterator._filenames:
         digest.update(name.encode("utf-8", "surrogatepass") + b"\0")
     digest.update(repr(sorted(getattr(iterator, "class_indices", {}).items())).encode())
     digest.update(f"batch_size={iterator.batch_size}".encode())

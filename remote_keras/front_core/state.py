@@ -26,7 +26,7 @@ class StateMixin:
     batch_size: int
     shard: Any
     directory: Any
-    filenames: list[str]
+    _filenames: Sequence[str]
     loader_choice: str
     index_array: Any
     batch_index: int

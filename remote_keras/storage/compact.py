@@ -19,7 +19,8 @@ import os
 import re
 import zlib
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import accumulate
 from typing import Any, overload
 
 
@@ -68,6 +69,67 @@ class PrefixedPaths(Sequence[str]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (PrefixedPaths, (self.prefix, self._names))
+
+
+class PackedNames(Sequence[str]):
+    """Strings held as one joined text and the end of each in it (a read-only sequence).
+
+    About one byte per character and four per string, where a list of `str`
+    costs about 60 bytes more per string (object header and pointer): 28 MB
+    less for 400,000 file names. Items are sliced out on access. Compares
+    equal to a list of the same strings.
+
+    Args:
+        names: The strings, in order.
+    """
+
+    __slots__ = ("_ends", "_text")
+
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        names = names if isinstance(names, (list, tuple)) else list(names)
+        self._text = "".join(names)
+        self._ends = array("I" if len(self._text) < 2**32 else "Q", accumulate(map(len, names)))
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        ends = self._ends
+        end = ends[index]  # raises IndexError as a list does
+        if index < 0:
+            index += len(ends)
+        return self._text[ends[index - 1] if index else 0 : end]
+
+    def __iter__(self) -> Iterator[str]:
+        text, start = self._text, 0
+        for end in self._ends:
+            yield text[start:end]
+            start = end
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, PackedNames)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PackedNames({len(self)} names)"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_packed_names, (self._text, self._ends))
+
+
+def _packed_names(text: str, ends: array) -> PackedNames:
+    names = PackedNames()
+    names._text, names._ends = text, ends
+    return names
 
 
 def common_prefix(paths: Sequence[str], names: Sequence[str]) -> str | None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from remote_keras import errors
 from remote_keras.storage import existence, lakefs, listing_cache, locations
+from remote_keras.storage.compact import PackedNames
 from remote_keras.storage.loaders import FsspecLoader, ObstoreLoader
 from remote_keras.storage.progress import progress_bar
 
@@ -33,7 +34,7 @@ def list_classes(
     directory: str,
     classes: list[str] | None = None,
     split: tuple[float, float] | None = None,
-) -> tuple[list[str], np.ndarray, dict[str, int]]:
+) -> tuple[PackedNames, np.ndarray, dict[str, int]]:
     """Lists `directory`'s class folders as Keras's `DirectoryIterator.__init__` walks them.
 
     Classes, file order (sorted as `os.walk` would give them) and `subset`
@@ -53,7 +54,8 @@ def list_classes(
 
     Returns:
         `(filenames, labels, class_indices)`: file names relative to
-        `directory`, their labels as `int32`, and the classes' indices.
+        `directory` (packed: a sequence that compares equal to their list),
+        their labels as `int32`, and the classes' indices.
     """
     pinned = it._pinner.pin(directory)
     with progress_bar(f"Listing {errors.redact(directory)}", it.options.progress, "objects") as bar:
@@ -79,7 +81,7 @@ def list_classes(
         labels += [class_indices[name]] * len(files)
     # Every path is `<pinned folder>/<name>`: held as that prefix and the names, not N URLs.
     it._path_prefix = pinned.rstrip("/") + "/"
-    return filenames, np.asarray(labels, dtype="int32"), class_indices
+    return PackedNames(filenames), np.asarray(labels, dtype="int32"), class_indices
 
 
 def tree(it: Any, url: str) -> list[str]:
