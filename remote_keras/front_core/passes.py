@@ -36,7 +36,7 @@ class EpochClock:
         self.handed = 0  # batches handed out in this process since `on_epoch_begin()`
         self.cut_short = False  # the last epoch ended in a pass that handed out only some
         self.held: tuple[int, int, int] | None = None  # (pid, thread, ends) not applied yet
-        self.kept: dict[tuple[int, int], tuple[int, Any]] = {}  # (epoch, position): (idx, batch)
+        self.kept: dict[tuple[int, int], Any] = {}  # (epoch, position) -> batch
         self.resume: resume.Resumption | None = None
         self.resume_counted = True  # whether `num_batches` counts only what `resume` has left
         # The Keras 2 front, which never sees a pass begin, keeps only an epoch's first reads.
@@ -146,23 +146,15 @@ class EpochClock:
     def take(self, key: tuple[int, int]) -> Any:
         """A batch kept for `key`, handed out once inside a pass (every time outside one)."""
         if self.in_pass:
-            _, batch = self.kept.pop(key, (None, None))
-            return batch
-        return self.kept.get(key, (None, None))[1]
+            return self.kept.pop(key, None)
+        return self.kept.get(key)
 
-    def keep(self, key: tuple[int, int], batch: Any, idx: int) -> None:
-        """Keeps a batch read outside a pass as Keras's index `idx`.
-
-        Of the batches read outside a pass, the `keep_limit` of the lowest
-        indices are kept (the Keras 2 front: the first ones read). Keras
-        reads indices 0 and 1 to learn the tensor spec; its worker threads
-        and processes, which may start reading the pass before
-        `on_epoch_begin()`, read higher ones, which must not push those out.
-        """
+    def keep(self, key: tuple[int, int], batch: Any) -> None:
+        """Keeps a batch read outside a pass (the latest `keep_limit` ones, or the first)."""
         if self.in_pass or key[0] != self.epoch:
             return
         if self.keep_first and len(self.kept) >= self.keep_limit:
             return
-        self.kept[key] = (idx, batch)
+        self.kept[key] = batch
         while len(self.kept) > self.keep_limit:
-            del self.kept[max(self.kept, key=lambda kept: self.kept[kept][0])]
+            del self.kept[next(iter(self.kept))]
