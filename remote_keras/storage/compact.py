@@ -24,7 +24,20 @@ from itertools import accumulate
 from typing import Any, overload
 
 
-class PrefixedPaths(Sequence[str]):
+class _Strings(Sequence[str]):
+    """A read-only sequence of strings that compares equal to a list of the same strings."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, _Strings)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class PrefixedPaths(_Strings):
     """`prefix + name` for each name of `names`, computed on access (a read-only sequence).
 
     Compares equal to a list of the same strings. `names` is held, not copied.
@@ -57,13 +70,6 @@ class PrefixedPaths(Sequence[str]):
         prefix = self.prefix
         return (prefix + name for name in self._names)
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (list, tuple, PrefixedPaths)):
-            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
     def __repr__(self) -> str:
         return f"PrefixedPaths({self.prefix!r}, {len(self)} names)"
 
@@ -71,7 +77,7 @@ class PrefixedPaths(Sequence[str]):
         return (PrefixedPaths, (self.prefix, self._names))
 
 
-class PackedNames(Sequence[str]):
+class PackedNames(_Strings):
     """Strings held as one joined text and the end of each in it (a read-only sequence).
 
     About one byte per character and four per string, where a list of `str`
@@ -111,13 +117,6 @@ class PackedNames(Sequence[str]):
         for end in self._ends:
             yield text[start:end]
             start = end
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (list, tuple, PackedNames)):
-            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"PackedNames({len(self)} names)"
