@@ -112,9 +112,8 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
     def filenames(self) -> list[str]:
         """Every file's name relative to `directory`, as Keras's attribute (a list).
 
-        The names of a listed folder are held packed (`compact.PackedNames`,
-        about 60 bytes less per file); this list is made at the first access
-        and kept.
+        A listed folder's names are held packed (`compact.PackedNames`); this
+        list is made at the first access and kept.
         """
         names = self._filenames
         if not isinstance(names, list):
