@@ -65,6 +65,35 @@ def test_only_the_latest_batches_read_outside_a_pass_are_kept_and_a_pass_takes_t
     assert (0, 0) not in clock.kept
 
 
+def test_reads_by_others_while_an_end_is_held_are_not_kept_and_push_nothing_out():
+    # Keras starts its workers after its reset's `on_epoch_end()` and before
+    # `on_epoch_begin()`: their reads go to Keras's queue, not to the pass again.
+    clock = EpochClock()
+    clock.keep((0, 0), "spec 0")
+    clock.keep((0, 1), "spec 1")
+    clock.end(4)  # Keras's reset, in this thread
+    worker = threading.Thread(target=lambda: [clock.keep((0, p), p) for p in (2, 3)])
+    worker.start()
+    worker.join()
+    assert clock.kept == {(0, 0): "spec 0", (0, 1): "spec 1"}
+    clock.keep((0, 2), "this thread's own read")  # the holder's reads are kept as before
+    assert sorted(clock.kept) == [(0, 1), (0, 2)]
+
+
+def test_spec_batches_stay_kept_when_keras_workers_read_ahead_of_the_pass(image_dir):
+    directory, df = image_dir
+    with _iterator(directory, df) as it:
+        assert len(it) >= 4
+        spec = [it[0], it[1]]
+        it.on_epoch_end()  # Keras's reset
+        early = threading.Thread(target=lambda: [it[2], it[3]])  # its workers, started first
+        early.start()
+        early.join()
+        it.on_epoch_begin()
+        assert it[0] is spec[0] and it[1] is spec[1]
+        assert it.epoch == 0
+
+
 def test_keras_reset_ends_no_epoch_and_the_spec_batches_are_not_read_twice(image_dir):
     # What TensorFlow's `fit` does: read batches 0 and 1, `on_epoch_end()` (its reset), then
     # `on_epoch_begin()` and the epoch's batches.

@@ -150,8 +150,16 @@ class EpochClock:
         return self.kept.get(key)
 
     def keep(self, key: tuple[int, int], batch: Any) -> None:
-        """Keeps a batch read outside a pass (the latest `keep_limit` ones, or the first)."""
+        """Keeps a batch read outside a pass (the latest `keep_limit` ones, or the first).
+
+        Reads made while another thread or process holds an end are Keras's
+        workers filling its queue before `on_epoch_begin()`: the pass takes
+        them from that queue, so they are not kept and push nothing out
+        (TensorFlow's spec batches stay kept).
+        """
         if self.in_pass or key[0] != self.epoch:
+            return
+        if self.held is not None and not self.held_here():
             return
         if self.keep_first and len(self.kept) >= self.keep_limit:
             return
