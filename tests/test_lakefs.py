@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from lakefs_spec import LakeFSFileSystem
 
 import remote_keras as rk
 from remote_keras.keras3.callbacks import DataVersionCallback
+from remote_keras.storage import lakefs as rk_lakefs
 from remote_keras.storage.records import write_data_version
 from tests.helpers import assert_same_batch
 
@@ -240,3 +242,32 @@ def test_an_empty_class_folder_with_a_marker_is_a_class(image_dir, target, clien
             assert it.filenames == stock.filenames
     finally:
         branch.delete()
+
+
+def test_a_dataframe_parses_each_ref_once_and_reads_every_row_at_the_commit(
+    target, client, repo, branch, image_dir, monkeypatch
+):
+    _, df = image_dir
+    parsed: list[str] = []
+    split = rk_lakefs.split
+    monkeypatch.setattr(rk_lakefs, "split", lambda url: parsed.append(url) or split(url))
+    rows = df.assign(filename=[f"lakefs://{repo}/{branch}/train/{df['filename'][0]}"]
+                     + list(df["filename"][1:]))  # fmt: skip
+    gen = rk.ImageDataGenerator(storage_options=target.storage_options)
+    with gen.flow_from_dataframe(rows, f"lakefs://{repo}/{branch}/train", shuffle=False) as it:
+        commit = head(client, repo, branch)
+        assert it.filepaths == [f"lakefs://{repo}/{commit}/train/{n}" for n in df["filename"]]
+        rows_parsed = [url for url in parsed if not url.endswith("/")]
+        assert parsed and not rows_parsed, rows_parsed  # folders are; rows take their prefix
+
+
+def test_a_restored_pin_replaces_the_ref_s_commit_in_every_later_path():
+    pinner = rk_lakefs.Pinner(filesystems=None)  # type: ignore[arg-type]
+    old = rk_lakefs.LakeFSPin("http://lakefs", "repo", "main", "c1")
+    new = rk_lakefs.LakeFSPin("http://lakefs", "repo", "main", "c2")
+    pinner.repin(old)
+    assert pinner.pin("lakefs://repo/main/a.png") == "lakefs://repo/c1/a.png"
+    pinner.repin(new)  # a resumed run reads the commit its first run read
+    assert pinner.pin("lakefs://repo/main/a.png") == "lakefs://repo/c2/a.png"
+    copy = pickle.loads(pickle.dumps(pinner))
+    assert copy.pin("lakefs://repo/main/b/c.png") == "lakefs://repo/c2/b/c.png"

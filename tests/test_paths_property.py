@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import remote_keras as rk
 from remote_keras.storage import listing
+from remote_keras.storage.compact import PrefixedPaths
 from tests.helpers import png_bytes, put_objects
 
 # Characters people really put in keys, including the glob and URL specials.
@@ -74,3 +75,33 @@ def test_odd_keys_round_trip(names, s3fs_direct, s3_options):
 )
 def test_row_url_resolves_dot_segments_inside_the_directory(directory, row, expected):
     assert listing.row_url(directory, row) == expected
+
+
+ROW = st.one_of(
+    NAME,
+    st.sampled_from(["cat/./x.png", "../images/x.png", "../../x.png", "cat/", "/local/x.png",
+                     "s3://c/y/../x.png", ".hidden.png", "a/.b/x.png", "x..png"]),
+)  # fmt: skip
+
+
+@given(
+    directory=st.sampled_from(
+        ["s3://b/images", "s3://b/images/", "s3://b/a/../images", "/data/images", None]
+    ),
+    rows=st.lists(ROW, max_size=8),
+)
+def test_row_urls_is_row_url_of_each_row(directory, rows):
+    expected = [listing.row_url(directory, row) for row in rows]
+    assert list(listing.row_urls(directory, rows)) == expected
+
+    def pin(url: str) -> str:  # a stand-in for lakeFS pinning, which rewrites a prefix
+        return "pinned+" + url
+
+    pinned = [None if url is None else pin(url) for url in expected]
+    assert list(listing.row_urls(directory, rows, pin)) == pinned
+
+
+def test_row_urls_of_plain_rows_are_made_when_read():
+    paths = listing.row_urls("s3://b/images", ["cat/x.png", "dog/y.png"])
+    assert isinstance(paths, PrefixedPaths) and paths.prefix == "s3://b/images/"
+    assert paths == ["s3://b/images/cat/x.png", "s3://b/images/dog/y.png"]

@@ -14,6 +14,7 @@ from remote_keras import errors
 from remote_keras.front_core.batch_core import RemoteBatchCore
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
 from remote_keras.storage import listing, locations, records, saving
+from remote_keras.storage.compact import PrefixedPaths
 
 
 class DataFrameCore(RemoteBatchCore):
@@ -105,9 +106,12 @@ class DataFrameCore(RemoteBatchCore):
         name a folder are invalid, like rows whose file does not exist.
         """
         names = df[x_col].tolist()
-        urls = [listing.row_url(self.directory, name) for name in names]
+        urls = (listing.row_url(self.directory, name) for name in names)
         if not any(locations.is_url(url or "://") for url in urls):
             return cast(Any, super())._filter_valid_filepaths(df, x_col)
-        paths = [None if url is None else self._pinner.pin(url) for url in urls]
-        self._known_paths = {n: p for n, p in zip(names, paths) if p is not None}
+        paths = listing.row_urls(self.directory, names, self._pinner.pin)
+        if isinstance(paths, PrefixedPaths):  # every row in `directory`, as a listed folder's
+            self._path_prefix = paths.prefix
+        else:
+            self._known_paths = {n: p for n, p in zip(names, paths) if p is not None}
         return df[listing.valid_rows(self, paths, x_col)]

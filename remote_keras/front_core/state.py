@@ -234,7 +234,7 @@ class StateMixin:
         if not moved:
             return
         for pin in moved:
-            self._pinner.pins[(pin.repository, pin.ref)] = pin
+            self._pinner.repin(pin)
         with self.lock:
             self._clock.kept.clear()  # read at the other commit
             self._prefetcher.clear()

@@ -11,9 +11,10 @@ listings at a commit from disk.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import fsspec
@@ -21,7 +22,7 @@ import numpy as np
 
 from remote_keras import errors
 from remote_keras.storage import existence, lakefs, listing_cache, locations
-from remote_keras.storage.compact import PackedNames
+from remote_keras.storage.compact import PackedNames, PrefixedPaths
 from remote_keras.storage.loaders import FsspecLoader, ObstoreLoader
 from remote_keras.storage.progress import progress_bar
 
@@ -153,13 +154,13 @@ def ordered_like_os_walk(files: list[str], formats: tuple[str, ...]) -> list[str
     return kept
 
 
-def valid_rows(it: Any, paths: list[str | None], x_col: str) -> np.ndarray:
+def valid_rows(it: Any, paths: Sequence[str | None], x_col: str) -> np.ndarray:
     """Which rows name an existing file with an image extension, as a boolean mask.
 
     Rows whose path is `None` (see `row_url`) are invalid without a request.
     Warns with Keras's own message about the rows left out.
     """
-    asked = [path for path in paths if path is not None]
+    asked = paths if isinstance(paths, PrefixedPaths) else [p for p in paths if p is not None]
     with progress_bar(
         f"Checking {len(asked)} files", it.options.progress, "files", total=len(asked)
     ) as bar:
@@ -208,6 +209,42 @@ def row_url(directory: Any, filename: str) -> str | None:
     return resolved if base is not None and resolved.startswith(base) else None
 
 
+def row_urls(
+    directory: Any, filenames: Sequence[str], pin: Callable[[str], str] = str
+) -> Sequence[str | None]:
+    """`row_url` of each row, passed through `pin`; plain names under a URL are joined directly.
+
+    Args:
+        directory: The iterator's `directory`.
+        filenames: The `x_col` values.
+        pin: Rewrites each path's prefix (`lakefs.Pinner.pin`); applied once
+            to the directory for the rows that are plain names in it.
+
+    Returns:
+        One path, URL or `None` per row, as `row_url` gives them, pinned: a
+        `PrefixedPaths` when every row is a plain name in `directory`.
+    """
+    prefix = str(os.fspath(directory)).rstrip("/") + "/" if directory else ""
+    if not locations.is_url(prefix) or "::" in prefix or _without_dot_segments(prefix) != prefix:
+        return [_pinned(row_url(directory, name), pin) for name in filenames]
+    pinned = pin(prefix)
+    plain = [
+        not name.startswith("/") and not name.endswith("/") and "/." not in "/" + name
+        and not locations.is_url(name)
+        for name in filenames
+    ]  # fmt: skip
+    if all(plain):  # every row in `directory`: the paths are made when read
+        return PrefixedPaths(pinned, filenames)
+    return [
+        pinned + name if is_plain else _pinned(row_url(directory, name), pin)
+        for name, is_plain in zip(filenames, plain)
+    ]
+
+
+def _pinned(path: str | None, pin: Callable[[str], str]) -> str | None:
+    return None if path is None else pin(path)
+
+
 def _without_dot_segments(url: str) -> str | None:
     """`url` with `.` and `..` segments resolved; `None` if `..` climbs above its bucket."""
     scheme, _, rest = url.partition("://")
@@ -227,7 +264,7 @@ def _without_dot_segments(url: str) -> str | None:
     return f"{scheme}://{root}/" + "/".join(parts)
 
 
-def _existing(it: Any, paths: list[str], bar: Any) -> list[bool]:
+def _existing(it: Any, paths: Sequence[str], bar: Any) -> list[bool]:
     """Which of `paths` exist: asked of a custom loader's `exists`, else listed by fsspec.
 
     Raises:
@@ -269,7 +306,7 @@ def _existing(it: Any, paths: list[str], bar: Any) -> list[bool]:
     return found
 
 
-def _listed(it: Any, paths: list[str], bar: Any) -> list[bool]:
+def _listed(it: Any, paths: Sequence[str], bar: Any) -> list[bool]:
     """Which of `paths` exist, by listing their folders (`existence.existing`)."""
     if locations.is_url(str(it.directory)):
         directory = it._pinner.pin(str(it.directory))
