@@ -205,4 +205,6 @@ def test_a_records_folder_is_found_without_holding_the_iterators_paths():
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 100_000, peak  # a few strings at a time, not 200,000 lists
+    # A few strings at a time (tens of kB), not 200,000 lists (65 MB). tracemalloc also
+    # counts other threads' allocations (a test's iterator still winding down: 264 kB seen).
+    assert peak < 5_000_000, peak
