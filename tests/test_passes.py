@@ -78,6 +78,11 @@ def test_reads_by_others_while_an_end_is_held_are_not_kept_and_push_nothing_out(
     assert clock.kept == {(0, 0): "spec 0", (0, 1): "spec 1"}
     clock.keep((0, 2), "this thread's own read")  # the holder's reads are kept as before
     assert sorted(clock.kept) == [(0, 1), (0, 2)]
+    # In a forked worker process, the end copied from the parent carries the parent's pid.
+    pid, thread, ends = clock.held or (0, 0, 0)
+    clock.held = (pid + 1, thread, ends)
+    clock.keep((0, 3), "a worker process's read")
+    assert sorted(clock.kept) == [(0, 1), (0, 2)]
 
 
 def test_spec_batches_stay_kept_when_keras_workers_read_ahead_of_the_pass(image_dir):
