@@ -100,9 +100,9 @@ class Pinner:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
-        self._pinned_prefixes = {
-            f"lakefs://{r}/{ref}/": p.url() for (r, ref), p in self.pins.items()
-        }
+        self._pinned_prefixes = {}
+        for pin in self.pins.values():
+            self._remember(pin)
 
     def pin(self, url: str) -> str:
         """Returns `url` rewritten to read at its ref's commit; other URLs unchanged."""
@@ -118,15 +118,19 @@ class Pinner:
         with self._lock:
             found = self.pins.get(key)
             if found is None:
-                found = self.pins[key] = self._resolve(url, repository, ref)
-            self._pinned_prefixes[f"lakefs://{repository}/{ref}/"] = found.url()
+                found = self._remember(self._resolve(url, repository, ref))
         return found.url(path)
 
     def repin(self, pin: LakeFSPin) -> None:
         """Reads `pin.ref` at `pin.commit_id` from now on (a restored run's commit)."""
         with self._lock:
-            self.pins[(pin.repository, pin.ref)] = pin
-            self._pinned_prefixes[f"lakefs://{pin.repository}/{pin.ref}/"] = pin.url()
+            self._remember(pin)
+
+    def _remember(self, pin: LakeFSPin) -> LakeFSPin:
+        """Records `pin` and the prefix swap `pin()` takes for its ref (callers lock)."""
+        self.pins[(pin.repository, pin.ref)] = pin
+        self._pinned_prefixes[f"lakefs://{pin.repository}/{pin.ref}/"] = pin.url()
+        return pin
 
     def _resolve(self, url: str, repository: str, ref: str) -> LakeFSPin:
         import lakefs
