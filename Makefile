@@ -34,13 +34,14 @@ OLDEST_TESTS := tests/test_api.py tests/test_parity.py tests/test_concurrency.py
 
 # The Keras 2 selection: parity, fit reads, faults, lakeFS, sharding, input stall and resume,
 # all on TensorFlow 2.15; on tf_keras (TF_USE_LEGACY_KERAS=1) a shorter one, for CI's time:
-# parity, fit reading once per epoch, the enqueuer's epoch ends, a corrupt image, presigned
-# lakeFS reads and resume.
+# parity, fit reading once per epoch, the enqueuer's epoch ends, a corrupt and a truncated
+# image, presigned lakeFS reads and resume.
 KERAS2_TESTS := tests/keras2
 KERAS2_LEGACY_TESTS := tests/keras2/test_parity.py \
 	tests/keras2/test_fit.py::test_fit_reads_each_image_once_per_epoch_and_trains_each_epochs_batches \
 	tests/keras2/test_fit.py::test_an_enqueuers_epoch_end_and_fits_end_one_epoch_and_its_reads_ahead_are_kept \
 	tests/keras2/test_faults.py::test_a_corrupt_image_ends_fit_in_its_epoch_naming_the_url \
+	tests/keras2/test_faults.py::test_a_truncated_jpeg_at_its_own_size_is_named \
 	tests/keras2/test_lakefs.py::test_presigned_pinned_reads_equal_stock_and_go_to_the_store \
 	tests/keras2/test_resume.py
 

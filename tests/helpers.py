@@ -56,6 +56,20 @@ def noise_png(seed: int, size: int = 6) -> bytes:
     return png_bytes(rng.integers(0, 256, (size, size, 3), dtype=np.uint8))
 
 
+def truncated_jpeg(seed: int, size: int = 6) -> bytes:
+    """A `size` x `size` RGB JPEG of random pixels cut half-way through its scan.
+
+    Pillow opens it (its header is whole) and fails only when it decodes the pixels:
+    "image file is truncated".
+    """
+    buffer = io.BytesIO()
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(buffer, "JPEG")
+    data = buffer.getvalue()
+    scan = data.index(b"\xff\xda")  # the start-of-scan marker
+    return data[: (scan + len(data)) // 2]
+
+
 def put_objects(fs, objects: Mapping[str, bytes], timeout_s: float = 30, attempts: int = 3) -> None:
     """Writes test objects one at a time through an fsspec filesystem, each bounded in time.
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import pickle
+import uuid
 
+import fsspec
 import pandas as pd
 import pytest
 
 import remote_keras as rk
+from tests.helpers import noise_png, truncated_jpeg
 
 
 def _urls(df: pd.DataFrame, prefix: str) -> pd.DataFrame:
@@ -140,3 +144,36 @@ def test_default_loader_with_an_unknown_protocol_says_to_pass_a_loader(image_dir
     _, df = image_dir
     with pytest.raises(ValueError, match=r"Unknown protocol in 'mystore://images'.*`loader=`"):
         rk.ImageDataGenerator().flow_from_dataframe(df, "mystore://images")
+
+
+def _with_truncated_jpeg() -> tuple[pd.DataFrame, str]:
+    """A 6x6 JPEG cut short and a whole 6x6 PNG in memory://: their rows, and the JPEG's URL."""
+    folder = f"memory://truncated-{uuid.uuid4().hex[:8]}/a"
+    fs = fsspec.filesystem("memory")
+    fs.pipe(f"{folder}/cut.jpg", truncated_jpeg(0))
+    fs.pipe(f"{folder}/whole.png", noise_png(1))
+    rows = pd.DataFrame({"filename": [f"{folder}/cut.jpg", f"{folder}/whole.png"], "class": "a"})
+    return rows, f"{folder}/cut.jpg"
+
+
+def test_a_truncated_jpeg_at_its_own_size_raises_naming_it():
+    # Pillow decodes lazily: with nothing to convert or resize, a truncated JPEG failed at
+    # `np.asarray`, outside the code naming the file, as a bare OSError.
+    df, bad = _with_truncated_jpeg()
+    with rk.ImageDataGenerator().flow_from_dataframe(df, target_size=(6, 6), shuffle=False) as it:
+        with pytest.raises(rk.ImageDecodeError, match=f"'{bad}': OSError: .*truncated") as info:
+            it[0]
+    assert info.value.url == bad
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert (type(copy), copy.url, str(copy)) == (rk.ImageDecodeError, bad, str(info.value))
+
+
+def test_a_truncated_jpeg_at_its_own_size_is_skipped_and_listed():
+    df, bad = _with_truncated_jpeg()
+    gen = rk.ImageDataGenerator(on_error="skip")
+    with gen.flow_from_dataframe(df, target_size=(6, 6), shuffle=False) as it:
+        with pytest.warns(UserWarning, match="on_error='skip'"):
+            x, _ = it[0]
+        assert x.shape[0] == 1
+        ((path, reason),) = it.skipped
+    assert path == bad and reason.startswith(f"ImageDecodeError: Cannot decode image '{bad}'")

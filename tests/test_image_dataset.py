@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import uuid
 
@@ -22,7 +23,7 @@ from keras.src.utils import dataset_utils
 import remote_keras as rk
 from remote_keras.testing.data import smooth_image
 from tests.conftest import SETUP_CLIENT, write_tree
-from tests.helpers import assert_same_batch
+from tests.helpers import assert_same_batch, noise_png, truncated_jpeg
 
 
 def epochs(dataset, count: int = 2) -> list[list]:
@@ -205,6 +206,30 @@ def test_a_failure_in_last_place_is_accounted_for_by_the_last_batch(tmp_path):
     raising = rk.image_dataset_from_directory(tmp_path, **kwargs)
     with pytest.raises(Exception, match="dog_4.png"):
         list(raising.as_numpy_iterator())
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_truncated_jpeg_at_its_own_size_is_named(tmp_path, on_error):
+    # TensorFlow rejects it; the error (and `skipped`) names it, and says it may be truncated.
+    for i in range(4):
+        os.makedirs(tmp_path / "ab"[i % 2], exist_ok=True)
+        (tmp_path / "ab"[i % 2] / f"{i}.png").write_bytes(noise_png(i))
+    bad = str(tmp_path / "a" / "cut.jpg")
+    with open(bad, "wb") as f:
+        f.write(truncated_jpeg(0))
+    dataset = rk.image_dataset_from_directory(
+        tmp_path, image_size=(6, 6), batch_size=2, shuffle=False, on_error=on_error, verbose=False
+    )
+    message = f"Cannot decode image {re.escape(repr(bad))} with TensorFlow: corrupt, truncated"
+    if on_error == "raise":
+        with pytest.raises(Exception, match=message):
+            list(dataset.as_numpy_iterator())
+        return
+    with pytest.warns(UserWarning, match="on_error='skip'"):
+        batches = list(dataset.as_numpy_iterator())
+    assert sum(len(y) for _, y in batches) == 4
+    ((path, reason),) = dataset.skipped
+    assert path == bad and re.match(f"ImageDecodeError: {message}", reason)
 
 
 @pytest.mark.slow

@@ -206,7 +206,9 @@ class EpochReader:
         cause = account.failures.pop(position, None)
         if cause is None:
             cause = errors.ImageDecodeError(
-                shown, f"{shown!r} is not an image TensorFlow can decode (BMP, GIF, JPEG or PNG)"
+                shown,
+                f"Cannot decode image {shown!r} with TensorFlow: corrupt, truncated, or not "
+                "BMP, GIF, JPEG or PNG",
             )
         if self.files.options.on_error == "raise":
             raise cause

@@ -81,14 +81,15 @@ def decode_image(
         )
     try:
         if isinstance(data, Image.Image):
-            return _convert_and_resize(data, **options)
-        if jpeg_draft and target_size is not None:
+            img = data
+        else:
             img = Image.open(data)
-            if img.format == "JPEG":
+            if jpeg_draft and target_size is not None and img.format == "JPEG":
                 img.draft("L" if color_mode == "grayscale" else "RGB", target_size[::-1])
-                return _convert_and_resize(img, **options)
-            data.seek(0)
-        return _convert_and_resize(Image.open(data), **options)
+        # Pillow decodes lazily: without this, a truncated file that needs no conversion or
+        # resizing would fail later, at `np.asarray`, without its URL.
+        img.load()
+        return _convert_and_resize(img, **options)
     except Exception as exc:  # PIL raises many types for bad data
         if isinstance(exc, ValueError) and str(exc).startswith(_CONFIGURATION_ERRORS):
             raise

@@ -1,17 +1,19 @@
 """On Keras 2: a corrupt image ends `fit` in its epoch naming the URL, `on_error="skip"` trains
-on, retries carry `fit` through an outage, and a wrong bucket is named at once."""
+on, retries carry `fit` through an outage, a wrong bucket is named at once, and a truncated
+JPEG is named (or skipped) like any corrupt file."""
 
 from __future__ import annotations
 
 import uuid
 
+import fsspec
 import pandas as pd
 import pytest
 import s3fs
 
 import remote_keras as rk
 from remote_keras.testing.proxy import FaultPlan
-from tests.helpers import assert_same_batch, noise_png, put_objects
+from tests.helpers import assert_same_batch, noise_png, put_objects, truncated_jpeg
 
 FAST = rk.RetryPolicy(attempts=4, budget=500, backoff_s=0.01, max_backoff_s=0.05, timeout_s=5)
 SIZE = dict(target_size=(6, 6), batch_size=4)
@@ -112,3 +114,26 @@ def test_a_wrong_bucket_is_named_at_once(s3_options):
     gen = rk.ImageDataGenerator(storage_options=s3_options)
     with pytest.raises(FileNotFoundError, match="no-such-bucket"):
         gen.flow_from_directory("s3://no-such-bucket/train", **SIZE)
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_truncated_jpeg_at_its_own_size_is_named(on_error):
+    # At its own size nothing converts or resizes it, which made Pillow decode it only at
+    # `np.asarray`: a bare OSError without the URL, and skipped with no ImageDecodeError.
+    folder = f"memory://k2-truncated-{uuid.uuid4().hex[:6]}/a"
+    fs = fsspec.filesystem("memory")
+    fs.pipe(f"{folder}/cut.jpg", truncated_jpeg(0))
+    fs.pipe(f"{folder}/whole.png", noise_png(1))
+    df = pd.DataFrame({"filename": [f"{folder}/cut.jpg", f"{folder}/whole.png"], "class": "a"})
+    bad = f"{folder}/cut.jpg"
+    gen = rk.ImageDataGenerator(on_error=on_error)
+    with gen.flow_from_dataframe(df, target_size=(6, 6), shuffle=False) as it:
+        if on_error == "raise":
+            with pytest.raises(rk.ImageDecodeError, match=f"'{bad}': OSError: .*truncated"):
+                it[0]
+            return
+        with pytest.warns(UserWarning, match="on_error='skip'"):
+            x, _ = it[0]
+        assert x.shape[0] == 1
+        ((path, reason),) = it.skipped
+    assert path == bad and reason.startswith(f"ImageDecodeError: Cannot decode image '{bad}'")
