@@ -45,11 +45,15 @@ def main(argv: list[str] | None = None) -> None:
 
     with _quiet.tensorflow_start():  # TensorFlow's start-up log kept out of the demo's output
         import keras
-    import s3fs
 
-    from remote_keras import ImageDataGenerator
+    from remote_keras import ImageDataGenerator, errors
     from remote_keras.keras3.keras_src import legacy_image
     from remote_keras.testing import ProxyProcess, S3Server
+
+    try:
+        import s3fs
+    except ImportError as exc:
+        raise errors.missing_backend("s3://demo/", exc) from exc
 
     target = (args.size, args.size)
     with tempfile.TemporaryDirectory() as local, S3Server(buckets=("demo",)) as s3:

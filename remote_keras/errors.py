@@ -33,18 +33,18 @@ from urllib.parse import urlsplit, urlunsplit
 
 from remote_keras import causes
 
-# Protocol -> (the extra of remote-keras that installs its backend, the backend's package).
+# Protocol -> (the extra of remote-keras that installs its clients, those clients' packages).
 EXTRAS_BY_PROTOCOL = {
-    "s3": ("s3", "s3fs"),
-    "s3a": ("s3", "s3fs"),
-    "gs": ("gcs", "gcsfs"),
-    "gcs": ("gcs", "gcsfs"),
-    "az": ("azure", "adlfs"),
-    "abfs": ("azure", "adlfs"),
-    "abfss": ("azure", "adlfs"),
-    "adl": ("azure", "adlfs"),
-    "http": ("http", "aiohttp"),
-    "https": ("http", "aiohttp"),
+    "s3": ("s3", "s3fs and obstore"),
+    "s3a": ("s3", "s3fs and obstore"),
+    "gs": ("gcs", "gcsfs and obstore"),
+    "gcs": ("gcs", "gcsfs and obstore"),
+    "az": ("azure", "adlfs and obstore"),
+    "abfs": ("azure", "adlfs and obstore"),
+    "abfss": ("azure", "adlfs and obstore"),
+    "adl": ("azure", "adlfs and obstore"),
+    "http": ("http", "aiohttp and requests"),
+    "https": ("http", "aiohttp and requests"),
     "lakefs": ("lakefs", "lakefs-spec"),
 }
 
@@ -308,10 +308,10 @@ def missing_backend(url: str, cause: ImportError) -> MissingBackendError:
     """Builds the error for a URL whose backend is not installed."""
     protocol = url.split("::")[-1].split("://", 1)[0] if "://" in url else "file"
     if protocol in EXTRAS_BY_PROTOCOL:
-        extra, package = EXTRAS_BY_PROTOCOL[protocol]
+        extra, packages = EXTRAS_BY_PROTOCOL[protocol]
         hint = (
-            f"pip install {package} (in a clone of remote_keras, pip install '.[{extra}]' "
-            "installs it too)"
+            f'pip install "remote-keras[{extra}]", which installs {packages} (in a clone of '
+            f"remote_keras: pip install '.[{extra}]')"
         )
     else:
         hint = "install the fsspec implementation for this protocol"

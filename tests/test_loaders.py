@@ -150,7 +150,8 @@ def test_missing_backend_names_the_package_and_the_extra(monkeypatch):
     for protocol in ("gs", "gcs"):
         monkeypatch.delitem(registry._registry, protocol, raising=False)
     df = pd.DataFrame({"filename": ["gs://bucket/a.png"], "class": ["a"]})
-    with pytest.raises(ImportError, match=r"pip install gcsfs \(in a clone .*'\.\[gcs\]'"):
+    line = r"pip install \"remote-keras\[gcs\]\", which installs gcsfs .*\(in a clone .*'\.\[gcs\]'"
+    with pytest.raises(rk.MissingBackendError, match=line):
         rk.ImageDataGenerator().flow_from_dataframe(df)
 
 

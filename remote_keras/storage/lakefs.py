@@ -62,8 +62,16 @@ def is_lakefs(url: str) -> bool:
 
 
 def split(url: str) -> tuple[str, str, str]:
-    """Splits `lakefs://repo/ref/path` into its parts, naming the bad part if invalid."""
-    from lakefs_spec.util import parse
+    """Splits `lakefs://repo/ref/path` into its parts, naming the bad part if invalid.
+
+    Raises:
+        MissingBackendError: lakefs-spec (the `lakefs` extra) is not installed.
+        ValueError: `url` is not a valid lakeFS URL.
+    """
+    try:
+        from lakefs_spec.util import parse
+    except ImportError as exc:
+        raise errors.missing_backend(url, exc) from exc
 
     if url.removeprefix("lakefs://").count("/") == 1:
         url += "/"  # `lakefs://repo/ref`: the root of the ref

@@ -172,7 +172,7 @@ def pinned_urls(
     path = os.fspath(source)
     if path.endswith(".yaml") or path.endswith(".yml") or _is_local_dir(path):
         ref = read_lakefs_ref(path, storage_options)
-        repository, _, folder = lakefs.split(ref["src"])
+        repository, _, folder = _split_src(ref["src"])
         return [f"lakefs://{repository}/{ref['at_head']}/{folder}"]
     record = json.loads(_read(path, storage_options))
     return pinned_urls(record)
@@ -278,7 +278,7 @@ def _entries(iterator: Any) -> list[dict[str, Any]]:
 def _local_entry(directory: str, ref_file: str, role: str) -> dict[str, Any]:
     """The entry of a folder that `lakectl local` manages: its `src` and `at_head`."""
     ref = read_lakefs_ref(ref_file)
-    repository, name, folder = lakefs.split(ref["src"])
+    repository, name, folder = _split_src(ref["src"])
     managed = os.path.dirname(os.path.abspath(ref_file))
     below = os.path.relpath(os.path.abspath(directory), managed).replace(os.sep, "/")
     path = folder.rstrip("/") + "/" if folder else ""
@@ -295,6 +295,19 @@ def _local_entry(directory: str, ref_file: str, role: str) -> dict[str, Any]:
     )
     entry["urls"] = _entry_urls(entry)
     return entry
+
+
+def _split_src(src: str) -> tuple[str, str, str]:
+    """`(repository, ref, path)` of a `.lakefs_ref.yaml`'s `src`.
+
+    Split here, not by lakefs-spec: recording a `lakectl local` folder, read
+    from disk, needs no lakeFS client (the `lakefs` extra).
+    """
+    repository, _, rest = src.removeprefix("lakefs://").partition("/")
+    ref, _, path = rest.partition("/")
+    if not repository or not ref:
+        raise ValueError(f"`src` is not lakefs://<repository>/<ref>/<path>: {src!r}")
+    return repository, ref, path
 
 
 def _entry_urls(entry: Mapping[str, Any]) -> list[str]:

@@ -122,10 +122,10 @@ class ObstoreLoader:
             return self._fallback(path)
         if not _obstore_usable():
             return self._fallback(path)
+        with errors.reading(path):  # obstore missing: `MissingBackendError`
+            store, key = self._store_for(path)
         import obstore
 
-        with errors.reading(path):
-            store, key = self._store_for(path)
         try:
             return obstore.get(store, key).bytes().to_bytes()
         except Exception as exc:  # cut to one line, raised below

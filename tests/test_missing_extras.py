@@ -1,0 +1,109 @@
+"""A missing optional client fails with `MissingBackendError` naming the extra that installs it.
+
+The clients are dev dependencies: their absence is simulated (`sys.modules[name] = None` makes
+`import name` raise `ImportError`, and fsspec forgets the classes it may have loaded). No test
+here reaches a network: every one fails before its first request.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import sys
+
+import pandas as pd
+import pytest
+
+import remote_keras as rk
+from remote_keras.storage.loaders import ObstoreLoader
+from tests.helpers import noise_png
+
+
+def hide(monkeypatch, module: str, protocols: tuple[str, ...] = ()) -> None:
+    """Makes `module` (and its submodules) fail to import, and fsspec forget `protocols`."""
+    for name in [n for n in sys.modules if n.startswith(module + ".")] + [module]:
+        monkeypatch.setitem(sys.modules, name, None)
+    registry = importlib.import_module("fsspec.registry")
+    for protocol in protocols:
+        monkeypatch.delitem(registry._registry, protocol, raising=False)
+
+
+def install_line(extra: str, package: str) -> str:
+    return rf'pip install "remote-keras\[{extra}\]", which installs .*{package}'
+
+
+CLIENTS = [
+    ("s3://bucket/train", "s3fs", ("s3", "s3a"), "s3", "s3fs"),
+    ("gs://bucket/train", "gcsfs", ("gs", "gcs"), "gcs", "gcsfs"),
+    ("az://container/train", "adlfs", ("az", "abfs"), "azure", "adlfs"),
+    ("http://127.0.0.1:9/train", "aiohttp", ("http", "https"), "http", "aiohttp"),
+    ("lakefs://repo/main/train", "lakefs_spec", ("lakefs",), "lakefs", "lakefs-spec"),
+]
+
+
+@pytest.mark.parametrize(
+    ("url", "module", "protocols", "extra", "package"), CLIENTS, ids=[c[3] for c in CLIENTS]
+)
+def test_a_url_without_its_client_names_the_extra(
+    monkeypatch, url, module, protocols, extra, package
+):
+    hide(monkeypatch, module, protocols)
+    rows = pd.DataFrame({"filename": [f"{url}/a/x.png"], "class": ["a"]})
+    calls = {
+        "flow_from_directory": lambda: rk.ImageDataGenerator(loader="fsspec").flow_from_directory(
+            url
+        ),
+        "flow_from_dataframe": lambda: rk.ImageDataGenerator(loader="fsspec").flow_from_dataframe(
+            rows
+        ),
+        "image_dataset_from_directory": lambda: rk.image_dataset_from_directory(
+            url, loader="fsspec"
+        ),
+    }
+    for name, call in calls.items():
+        with pytest.raises(rk.MissingBackendError, match=install_line(extra, package)) as info:
+            call()
+        assert url in str(info.value), name
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert (type(copy), str(copy)) == (rk.MissingBackendError, str(info.value))
+
+
+def test_lakefs_records_and_pins_without_lakefs_spec_name_the_extra(monkeypatch):
+    hide(monkeypatch, "lakefs_spec", ("lakefs",))
+    with pytest.raises(rk.MissingBackendError, match=install_line("lakefs", "lakefs-spec")):
+        rk.pin_url("lakefs://repo/main/train/")
+    with pytest.raises(rk.MissingBackendError, match=install_line("lakefs", "lakefs-spec")):
+        rk.read_table("lakefs://repo/main/labels.csv")
+
+
+def test_the_obstore_loader_without_obstore_names_it(monkeypatch):
+    hide(monkeypatch, "obstore")
+    rows = pd.DataFrame({"filename": ["s3://bucket/a/x.png"], "class": ["a"]})
+    with rk.ImageDataGenerator(loader="obstore").flow_from_dataframe(
+        rows, validate_filenames=False
+    ) as it:
+        with pytest.raises(rk.MissingBackendError, match=install_line("s3", "obstore")):
+            it[0]
+    with pytest.raises(rk.MissingBackendError, match=install_line("s3", "obstore")):
+        ObstoreLoader()("s3://bucket/a/x.png")  # called as a plain loader
+
+
+def test_a_lakectl_local_folder_is_recorded_without_lakefs_spec(monkeypatch, tmp_path):
+    # Read from disk, a `lakectl local` folder needs no lakeFS client: its record is written
+    # and read back without the `lakefs` extra (PyYAML, for `.lakefs_ref.yaml`, is a dependency).
+    hide(monkeypatch, "lakefs_spec", ("lakefs",))
+    (tmp_path / "data" / "train" / "a").mkdir(parents=True)
+    (tmp_path / "data" / "train" / "a" / "x.png").write_bytes(noise_png(0))
+    (tmp_path / "data" / ".lakefs_ref.yaml").write_text(
+        "src: lakefs://repo/main/\nat_head: c0ffee\n"
+    )
+    gen = rk.ImageDataGenerator()
+    with gen.flow_from_directory(tmp_path / "data" / "train", target_size=(6, 6)) as it:
+        record = rk.write_data_version(it, tmp_path / "dv.json")
+    (entry,) = record["data"]
+    assert (entry["repository"], entry["ref"], entry["commit_id"]) == ("repo", "main", "c0ffee")
+    assert entry["urls"] == ["lakefs://repo/c0ffee/train/"]
+    assert rk.pinned_urls(tmp_path / "dv.json") == ["lakefs://repo/c0ffee/train/"]
+    assert rk.pinned_urls(tmp_path / "data") == ["lakefs://repo/c0ffee/"]
+    written = tmp_path / "dv.lakefs" / "all" / "repo" / "train" / ".lakefs_ref.yaml"
+    assert rk.read_lakefs_ref(written) == {"src": "lakefs://repo/main/train/", "at_head": "c0ffee"}
