@@ -174,7 +174,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
     def __getitem__(self, idx: int):
         asked = time.perf_counter()
         self._ensure_process()
-        length = len(self)
+        length = self._length()
         clock = self._clock
         with self.lock:
             if clock.held_here():
@@ -207,7 +207,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         asked = time.perf_counter()
         self._ensure_process()
         with self.lock:
-            length = max(len(self), 1)
+            length = max(self._length(), 1)
             epoch, index = divmod(self._stream_position, length)
             self._stream_position += 1
             self.total_batches_seen += 1
@@ -221,7 +221,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
     def reset(self) -> None:
         """Makes the next `next()` call start a new epoch, as Keras does."""
         with self.lock:
-            length = max(len(self), 1)
+            length = max(self._length(), 1)
             self._stream_position = -(-self._stream_position // length) * length
             self.batch_index = 0
 
@@ -251,7 +251,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         """
         self._ensure_process()
         with self.lock:
-            ended = self._clock.end(len(self))
+            ended = self._clock.end(self._length())
             if ended:
                 self._end_epochs(ended)
             elif self.options.on_error == "skip":  # held: a loop of one's own still hears now

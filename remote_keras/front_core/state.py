@@ -44,6 +44,10 @@ class StateMixin:
     _prepared: tuple[int, int, resume.Resumption | None] | None
 
     def __len__(self) -> int:
+        return self._length()
+
+    def _length(self) -> int:
+        """Batches per epoch; the package's own calls use it, and Keras's `len()`."""
         return self._planner.batches()
 
     if TYPE_CHECKING:  # defined by the other mixins and the subclasses
@@ -66,7 +70,7 @@ class StateMixin:
         count the rest only when training begins, after Keras counted a whole
         epoch's steps.
         """
-        return self._clock.batches(len(self))
+        return self._clock.batches(self._length())
 
     @property
     def epoch(self) -> int:
@@ -143,11 +147,12 @@ class StateMixin:
             batch size, shard, lakeFS pins and a fingerprint of the samples.
         """
         with self.lock:
-            length = max(len(self), 1)
+            length = max(self._length(), 1)
             if epoch is None:
                 epoch = self.epoch
-                if batch is None and self._stream_position:
-                    epoch, batch = divmod(self._stream_position, length)
+                streamed = divmod(self._stream_position, length)
+                if batch is None and self._stream_position and streamed[0] >= epoch:
+                    epoch, batch = streamed  # `next()`'s, unless epochs ended by index since
             return {
                 "format": resume.STATE_FORMAT,
                 "epoch": int(epoch),
@@ -187,13 +192,19 @@ class StateMixin:
 
     def _load_state(self, state: dict[str, Any], fit_random_state: tuple | None, counted: bool):
         """`load_state_dict`; `counted=False` leaves `num_batches` whole until `_count_resumed`."""
+        epoch, done = int(state["epoch"]), int(state["batch"])
+        shuffled = fit_random_state is not None
+        pending = fit_order.fit_resumption(epoch, done, self._length(), shuffled, fit_random_state)
+        self._load_resumption(state, pending if done else None, counted)
+
+    def _load_resumption(
+        self, state: dict[str, Any], pending: resume.Resumption | None, counted: bool = True
+    ) -> None:
+        """Loads `state`, the rest of its epoch read in `pending`'s order (a front's resume)."""
         self._ensure_process()
         self._repin([LakeFSPin(**pin) for pin in state.get("lakefs_pins", [])])
         resume.check_compatible(self, state)
-        epoch, done = int(state["epoch"]), int(state["batch"])
-        shuffled = fit_random_state is not None
-        pending = fit_order.fit_resumption(epoch, done, len(self), shuffled, fit_random_state)
-        target = (epoch, done, pending if done else None)
+        target = (int(state["epoch"]), int(state["batch"]), pending)
         self._prepared = None if counted else target
         self._go_to(*target, counted=counted)
 
@@ -220,7 +231,7 @@ class StateMixin:
             self._clock.go_to(epoch, pending, counted)
             self._last_requested = None
             self._prefetcher.clear()
-            self._stream_position = epoch * max(len(self), 1) + done
+            self._stream_position = epoch * max(self._length(), 1) + done
             self.batch_index = done
             self.index_array = self._planner.order(epoch)
 
@@ -239,6 +250,8 @@ class StateMixin:
             self._clock.kept.clear()  # read at the other commit
             self._prefetcher.clear()
         self._reread_at_pins()
+        with self.lock:
+            self._planner.forget()  # the orders of the other commit's file list
 
     def _reread_at_pins(self) -> None:
         """Recomputes the paths read after `_pinner` changed (subclasses may list again)."""

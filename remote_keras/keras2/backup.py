@@ -1,40 +1,54 @@
 """`BackupAndRestore` on Keras 2: Keras 2's own, and the iterator continues its data stream.
 
 Keras 2's `tf.keras.callbacks.BackupAndRestore` restores the model, the
-optimizer and the epoch `fit` starts at (`save_freq="epoch"`, or a number of
-steps). Given `train_iterator=`, this subclass also records, next to Keras's
-backup, which epoch the iterator reads (`remote_keras_iterator.json`, the
-iterator's `state_dict()`), and on restart moves the iterator to that epoch,
-so the resumed epochs read the batches, order and augmentation they would have
-read without the interruption. Keras 2 (TensorFlow 2.15's, and tf_keras 2.21)
-runs an epoch interrupted mid-way again from its start, with `save_freq` in steps
-too (the model comes back as saved at that step, then the whole epoch trains):
-the iterator reads that epoch again from its start, in the same order and with
-the same augmentation. So the stream of epochs is exact; the batches of the
-interrupted epoch trained before the interruption are trained again, as with
-stock Keras 2. (Keras 3's `remote_keras.BackupAndRestore` resumes mid-epoch.)
+optimizer and where `fit` resumes: the epoch after the backup's with
+`save_freq="epoch"`; with `save_freq` in steps, the step after the saved one,
+inside its epoch (TensorFlow 2.15's Keras and tf_keras 2.21 count the resumed
+epoch's steps from there, while asking the iterator for that epoch's batches
+from the start of its batch order). Each time Keras writes a backup, this
+subclass first writes beside it where the data stream resumes
+(`remote_keras_iterator.json`): the epoch, the batches of it trained, the
+iterator's `state_dict()` (seed, lakeFS commits, a fingerprint of the files)
+and the Python `random` state `fit(shuffle=True)` draws that epoch's batch
+order from. On restart it loads the record for the epoch and step Keras
+resumes at, so that every step trains the batch, augmentation and order of
+the uninterrupted run (`remote_keras.keras2.fit_order`), at the commits the
+first run read.
 """
 
 from __future__ import annotations
 
 import json
 import posixpath
+import random
+import warnings
 from typing import Any
 
+from remote_keras.front_core.fit_order import json_random_state, python_random_state
 from remote_keras.keras2 import keras_api
+from remote_keras.keras2.fit_order import keras2_resumption
 
-STATE_FILE = "remote_keras_iterator.json"
+RECORDS_FILE = "remote_keras_iterator.json"
+RECORDS_FORMAT = 2
+# Keras 2's own methods this callback extends (keras/src/callbacks.py of Keras 2.15, lines
+# 1934-1935 and 1976-1977; tf_keras 2.21 alike): `_backup(epoch, batch)`, the one place it
+# writes a backup, and `_implements_train_batch_hooks`, which must say yes for the first
+# step of each epoch to be seen with `save_freq="epoch"` too.
+_KERAS_INTERNALS = ("_backup", "_implements_train_batch_hooks")
 
 
 class BackupAndRestore(keras_api.BackupAndRestore):
-    """Keras 2's `BackupAndRestore`, which also brings `train_iterator` back to its epoch.
+    """Keras 2's `BackupAndRestore` that also resumes the iterator's data stream exactly.
 
     Args:
         backup_dir: Where Keras 2 keeps its backup (a local path or a
-            `tf.io.gfile` URL); the iterator's record is written there too.
-        train_iterator: The remote_keras iterator passed to `fit`, or `None`
-            (then this is Keras 2's callback unchanged).
+            `tf.io.gfile` URL); the iterator's records are written there too.
+        train_iterator: The remote_keras iterator passed to `fit`.
         **kwargs: Keras 2's arguments (`save_freq`, `delete_checkpoint`, ...).
+
+    Raises:
+        ValueError: `train_iterator` is missing (Keras 2 tells a callback
+            nothing about the data `fit` reads).
 
     Example:
 
@@ -45,37 +59,170 @@ class BackupAndRestore(keras_api.BackupAndRestore):
     """
 
     def __init__(self, backup_dir: str, train_iterator: Any = None, **kwargs: Any) -> None:
+        if train_iterator is None:
+            raise ValueError(
+                "On Keras 2, pass the iterator `fit` trains on: "
+                "`remote_keras.BackupAndRestore(backup_dir, train_iterator=train)`. Keras 2 "
+                "does not tell callbacks which data `fit` reads, and without the iterator a "
+                "restart would read the data from its first epoch again."
+            )
         super().__init__(backup_dir, **kwargs)
+        missing = [name for name in _KERAS_INTERNALS if not hasattr(self, name)]
+        if missing:
+            raise RuntimeError(
+                "remote_keras.BackupAndRestore extends Keras 2's BackupAndRestore, which lacks "
+                f"{', '.join(missing)} here (tested with Keras 2.15 and tf_keras 2.21)."
+            )
         self.train_iterator = train_iterator
-        self.state_path = posixpath.join(str(backup_dir), STATE_FILE)
+        self.state_path = posixpath.join(str(backup_dir), RECORDS_FILE)
+        self._records: list[dict[str, Any]] = []  # the last two written, oldest first
+        self._pending: list[dict[str, Any]] | None = None  # a previous run's, until matched
+        self._epoch = 0
+        self._first_step = True
+        self._drawn: tuple | None = None  # the state this epoch's order was drawn from
+        self._fit_shuffle: bool | None = None
+
+    def _implements_train_batch_hooks(self) -> bool:
+        return True  # each epoch's first step tells how its order was drawn
+
+    # ---------------------------------------------------------------- Keras's hooks
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        super().on_train_begin(logs)
-        if self.train_iterator is None or not keras_api.gfile.exists(self.state_path):
-            return
-        with keras_api.gfile.GFile(self.state_path, "r") as f:
-            state = json.load(f)
-        self.train_iterator.load_state_dict(state)
+        super().on_train_begin(logs)  # Keras restores the model and where it resumes
+        self._pending = self._read()
+        self._records = list(self._pending or [])  # a kill before Keras's next backup needs them
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         super().on_epoch_begin(epoch, logs)
-        self._record(epoch)
+        self._epoch, self._first_step = epoch, True
+        draws = self.train_iterator._draws
+        draws.mark()
+        if self._pending is not None:
+            saved = [r for r in self._pending if r["epoch"] == epoch and r["python_random"]]
+            if saved:  # Keras draws this epoch's order from the state it was drawn from
+                draws.arm(python_random_state(saved[-1]["python_random"]))
 
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        super().on_epoch_end(epoch, logs)
-        self._record(epoch + 1)
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        super().on_train_batch_begin(batch, logs)
+        if self._pending is not None:
+            self._resume(self._epoch, batch)
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self._first_step:
+            self._first_step = False
+            self._observe_draw()
+        super().on_train_batch_end(batch, logs)  # may back up (`_backup`)
 
     def on_train_end(self, logs: dict | None = None) -> None:
+        self.train_iterator._draws.disarm()
+        if self._pending:  # Keras resumed after the last epoch: nothing left to train
+            latest = self._pending[-1]
+            self._pending = None
+            self.train_iterator._load_resumption(latest["train"], None)
         super().on_train_end(logs)
-        delete = getattr(self, "delete_checkpoint", True)
-        if delete and keras_api.gfile.exists(self.state_path):
+        if getattr(self, "delete_checkpoint", True) and keras_api.gfile.exists(self.state_path):
             keras_api.gfile.remove(self.state_path)
 
-    def _record(self, epoch: int) -> None:
-        """Writes the iterator's state at the start of `epoch` (the epoch a restart reads)."""
-        if self.train_iterator is None:
+    def _backup(self, epoch: int, batch: int = 0) -> None:
+        self._write(self._record(epoch, batch))  # first: Keras's backup always has its record
+        super()._backup(epoch=epoch, batch=batch)
+
+    # ---------------------------------------------------------------- records
+
+    def _record(self, epoch: int, batch: int) -> dict[str, Any]:
+        """Where a backup Keras writes now after step `batch` of `epoch` resumes the stream."""
+        epoch, batch = int(epoch), int(batch)  # Keras may pass numpy integers
+        steps = (self.params or {}).get("steps") or self.train_iterator._length()
+        state: tuple | None
+        if self.save_freq == "epoch" or batch >= steps - 1:
+            # The next epoch's order is drawn from the state after this one's draws: known
+            # exactly once drawn, the record is refreshed then (`_observe_draw`).
+            resume, done, state = epoch + 1, 0, random.getstate()
+        else:
+            resume, done, state = epoch, batch + 1, self._drawn
+        return {
+            "epoch": resume,
+            "batch": done,
+            "fit_shuffle": self._fit_shuffle,
+            "python_random": None if state is None else json_random_state(state),
+            "train": self.train_iterator.state_dict(epoch=resume, batch=done),
+        }
+
+    def _observe_draw(self) -> None:
+        """After an epoch's first step: the state its order was drawn from, and if shuffled."""
+        draws = self.train_iterator._draws
+        draws.disarm()
+        state, shuffle = draws.drawn_from(self.train_iterator._length())
+        if state is None:
+            warnings.warn(
+                "Something other than Keras drew from Python's `random` while `fit` started "
+                f"epoch {self._epoch}: after a restore, the batches left in that epoch may "
+                "come in another order than in the uninterrupted run.",
+                stacklevel=2,
+            )
             return
-        keras_api.gfile.makedirs(posixpath.dirname(self.state_path) or ".")
-        state = self.train_iterator.state_dict(epoch=epoch, batch=0)
-        with keras_api.gfile.GFile(self.state_path, "w") as f:
-            json.dump(state, f)
+        self._drawn, self._fit_shuffle = state, shuffle
+        stale = [r for r in self._records if r["epoch"] == self._epoch and r["batch"] == 0]
+        exact = json_random_state(state)
+        if any(r["python_random"] != exact or r["fit_shuffle"] != shuffle for r in stale):
+            for record in stale:
+                record["python_random"], record["fit_shuffle"] = exact, shuffle
+            self._write(None)
+
+    def _write(self, record: dict[str, Any] | None) -> None:
+        """Writes the last two records (with `record` added) atomically."""
+        if record is not None:
+            self._records = [*self._records[-1:], record]
+        folder = posixpath.dirname(self.state_path) or "."
+        keras_api.gfile.makedirs(folder)
+        temporary = self.state_path + ".tmp"
+        with keras_api.gfile.GFile(temporary, "w") as f:
+            json.dump({"format": RECORDS_FORMAT, "records": self._records}, f)
+        keras_api.gfile.rename(temporary, self.state_path, overwrite=True)
+
+    def _read(self) -> list[dict[str, Any]] | None:
+        if not keras_api.gfile.exists(self.state_path):
+            return None
+        with keras_api.gfile.GFile(self.state_path, "r") as f:
+            saved = json.load(f)
+        if saved.get("format") != RECORDS_FORMAT:
+            warnings.warn(
+                f"{self.state_path} was written by another version of remote_keras: the "
+                "iterator starts from the epoch Keras resumes at.",
+                stacklevel=2,
+            )
+            return []
+        return list(saved["records"])
+
+    def _resume(self, epoch: int, step: int) -> None:
+        """Continues the stream where Keras resumes, at step `step` of `epoch`."""
+        pending, self._pending = self._pending or [], None
+        found = [r for r in pending if (r["epoch"], r["batch"]) == (epoch, step)]
+        iterator = self.train_iterator
+        if not found and (epoch, step) == (0, 0):
+            return  # Keras starts afresh: its backup was never written
+        if not found:
+            saved = ", ".join(f"epoch {r['epoch']} step {r['batch']}" for r in pending)
+            warnings.warn(
+                f"Keras resumes at epoch {epoch} step {step}, but the backup's records of the "
+                f"data stream are for {saved or 'nothing'}: the iterator reads epoch {epoch} "
+                "from its start.",
+                stacklevel=2,
+            )
+            iterator.set_epoch(epoch)
+            return
+        record = found[-1]
+        saved_state = record["python_random"]
+        state = None if saved_state is None else python_random_state(saved_state)
+        shuffle = record["fit_shuffle"] is not False  # Keras's default when not yet seen
+        if step and shuffle and state is None:
+            warnings.warn(
+                f"The order `fit` drew for epoch {epoch} was not recorded: the batches it has "
+                "left come in another order than in the uninterrupted run.",
+                stacklevel=2,
+            )
+            shuffle = False
+        self._drawn, self._fit_shuffle = state, record["fit_shuffle"]
+        length = iterator._length()
+        order = keras2_resumption(epoch, step, length, shuffle, state) if step else None
+        iterator._load_resumption(record["train"], order)

@@ -26,6 +26,7 @@ from remote_keras.front_core.directory import DirectoryCore
 from remote_keras.front_core.pixels import keras_pixels
 from remote_keras.keras2 import keras_api
 from remote_keras.keras2.epoch_ends import EpochEnds
+from remote_keras.keras2.fit_order import KerasDraws
 from remote_keras.pipeline.batches import Pixels
 
 # Batches read before an epoch's own reads that it hands out again: Keras 2's reading of batch 0
@@ -68,6 +69,8 @@ class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
     def _finish_init(self) -> None:
         super()._finish_init()
         self._epoch_ends = EpochEnds()
+        # `fit(shuffle=True)`'s draws, for BackupAndRestore (kept when a restore lists again)
+        self._draws = self.__dict__.get("_draws") or KerasDraws()
         self._clock.keep_first = True  # Keras 2 begins no pass: keep the first reads only
         self._clock.keep_limit = _PEEKED
         if self.options.use_multiprocessing:
@@ -78,6 +81,13 @@ class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
                 UserWarning,
                 stacklevel=4,
             )
+
+    def __len__(self) -> int:
+        """Batches per epoch (Keras 2 draws `fit(shuffle=True)`'s order right after asking)."""
+        draws = self.__dict__.get("_draws")
+        if draws is not None:
+            draws.at_len()
+        return self._length()
 
     def on_epoch_end(self) -> None:
         """Ends the epoch: the next batches come from the next epoch's order.

@@ -61,6 +61,10 @@ class EpochPlanner:
         self.shard = shard
         self._orders: dict[int, np.ndarray] = {}
 
+    def forget(self) -> None:
+        """Drops the orders drawn so far (the file list changed: another commit was listed)."""
+        self._orders = {}
+
     def batches(self) -> int:
         """Batches per epoch in this shard."""
         return -(-self.shard.size(self.iterator.n) // self.iterator.batch_size)

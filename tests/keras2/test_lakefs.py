@@ -98,3 +98,38 @@ def test_a_commit_during_fit_changes_nothing_and_the_record_reads_the_same_data(
     with gen.flow_from_directory(urls[0], **KW) as again:
         for a, b in zip(before, [again[i] for i in range(len(again))]):
             assert_same_batch(a, b)
+
+
+@pytest.mark.slow
+def test_a_resume_reads_the_first_runs_commit_after_the_branch_moved(tfk, server, tmp_path):
+    """Keras 2's `BackupAndRestore` restores the pin: the rerun reads the first run's commit."""
+    lakefs_server, commit = server
+    options = lakefs_server.storage_options
+    client = Client(**options)
+    lakefs.Branch("images", "k2-resume", client=client).create("main")
+    gen = rk.ImageDataGenerator(storage_options=options)
+    backup = str(tmp_path / "backup")
+    url = "lakefs://images/k2-resume/train"
+
+    class Crash(tfk.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                raise KeyboardInterrupt  # a crash after Keras's backup of step 1
+
+    with gen.flow_from_directory(url, **KW) as it:
+        samples = it.samples
+        callback = rk.BackupAndRestore(backup, train_iterator=it, save_freq=1)
+        with pytest.raises(KeyboardInterrupt):
+            _model(tfk).fit(it, epochs=2, verbose=0, callbacks=[callback, Crash()])
+    fs = LakeFSFileSystem(**options, skip_instance_cache=True)
+    first = next(name for name in fs.ls(f"{url}/cat", detail=False))
+    fs.pipe(f"{url}/cat/new.png", fs.cat_file(first))  # one more image, committed
+    lakefs.Branch("images", "k2-resume", client=client).commit("one more")
+    with gen.flow_from_directory(url, **KW) as it:
+        assert it.samples == samples + 1  # the branch's head
+        callback = rk.BackupAndRestore(backup, train_iterator=it, save_freq=1)
+        lakefs_server.data.reset()
+        _model(tfk).fit(it, epochs=2, verbose=0, callbacks=[callback])
+        assert it.samples == samples and it.lakefs_pins[0].commit_id == commit
+        assert all(p.startswith(f"lakefs://images/{commit}/") for p in it.filepaths)
+        assert it.state_dict()["epoch"] == 2

@@ -87,3 +87,82 @@ def test_dataframe_of_urls_from_s3_equals_stock_on_local_files(
         local = stock.flow_from_dataframe(df, directory, seed=2, **SIZE)
         for i in range(len(local)):
             assert_same_batch(it[i], local[i])
+
+
+# ------------------------------------------------------------------ what parity means on Keras 2
+# Stock Keras 2 draws a batch's augmentation from `seed + (calls of __getitem__ so far)`, and
+# the order of each epoch after the first from the `np.random` state the last `__getitem__`
+# left: by index, its batches depend on how many calls came before and in which order. The
+# package's batch `b` of epoch `e` is a function of `(seed, e, b)`: stock's `next()` stream.
+
+
+def _stream(it, epochs: int) -> list:
+    return [next(it) for _ in range(epochs * len(it))]
+
+
+def _by_index(it, epochs: int) -> list:
+    batches = []
+    for _ in range(epochs):
+        batches += [it[i] for i in range(len(it))]
+        it.on_epoch_end()
+    return batches
+
+
+def test_by_index_without_shuffle_equals_stock_over_epochs(stock_image, image_dir):
+    directory, _ = image_dir
+    ours, stock = (
+        g.flow_from_directory(directory, shuffle=False, **SIZE) for g in _both(stock_image)
+    )
+    with ours:
+        for a, b in zip(_by_index(stock, 3), _by_index(ours, 3), strict=True):
+            assert_same_batch(a, b)
+
+
+def test_by_index_with_shuffle_each_epoch_is_stocks_next_stream(stock_image, image_dir):
+    """Epoch 0 by index equals stock's by index; every epoch equals stock's `next()` stream."""
+    directory, _ = image_dir
+    kwargs = dict(SIZE, seed=11)
+    gens = _both(stock_image, AUGMENT)
+    stream = _stream(gens[1].flow_from_directory(directory, **kwargs), 2)
+    stock_indexed = _by_index(gens[1].flow_from_directory(directory, **kwargs), 2)
+    with gens[0].flow_from_directory(directory, **kwargs) as ours:
+        indexed = _by_index(ours, 2)
+    steps = len(stream) // 2
+    for a, b, c in zip(stock_indexed[:steps], indexed[:steps], stream[:steps]):
+        assert_same_batch(a, b)
+        assert_same_batch(c, b)
+    for a, b in zip(stream, indexed, strict=True):
+        assert_same_batch(a, b)
+    # Stock's own epoch 1 by index is another order: drawn from what its last call left.
+    assert not all(
+        np.array_equal(a[1], b[1]) for a, b in zip(stock_indexed[steps:], stream[steps:])
+    )
+
+
+@pytest.mark.slow
+def test_inside_fit_each_epoch_is_stocks_next_stream(tfk, stock_image, image_dir):
+    """Inside `fit` (default workers), the batches trained are stock's `next()` stream."""
+    directory, _ = image_dir
+    kwargs = dict(SIZE, seed=11)
+    gens = _both(stock_image, AUGMENT)
+
+    class Recording(tfk.Sequential):
+        def train_step(self, data):
+            self.seen.append((np.asarray(data[0]), np.asarray(data[1])))
+            return super().train_step(data)
+
+    def fit(it) -> list:
+        model = Recording([tfk.layers.Flatten(), tfk.layers.Dense(3)])
+        model.seen = []
+        model.compile("sgd", "mse", run_eagerly=True)
+        model.fit(it, epochs=2, shuffle=False, verbose=0)
+        return model.seen
+
+    stream = _stream(gens[1].flow_from_directory(directory, **kwargs), 2)
+    stock_fit = fit(gens[1].flow_from_directory(directory, **kwargs))
+    with gens[0].flow_from_directory(directory, **kwargs) as ours:
+        our_fit = fit(ours)
+    for a, b in zip(stream, our_fit, strict=True):
+        assert_same_batch(a, b)
+    # Stock's `fit` reads batch 0 once for its spec first: its augmentation draws move on by one.
+    assert not np.array_equal(stock_fit[0][0], stream[0][0])

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
+import random
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import remote_keras as rk
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Interrupted(Exception):
@@ -52,27 +60,103 @@ def test_a_resumed_fit_trains_the_epochs_it_would_have(tfk, image_dir, tmp_path,
     kwargs = dict(y_col="row", class_mode="raw", target_size=(4, 4), batch_size=4, seed=9)
     gen = rk.ImageDataGenerator(rotation_range=20)
 
-    def by_epoch(seen: list[list[int]], steps: int) -> list[set[frozenset[int]]]:
-        return [{frozenset(b) for b in seen[i : i + steps]} for i in range(0, len(seen), steps)]
-
     with gen.flow_from_dataframe(df, directory, **kwargs) as it:
         steps = len(it)
         whole = _recording_model(tfk)
+        random.seed(1)  # `fit(shuffle=True)` draws its batch orders from `random`
         whole.fit(it, epochs=4, verbose=0)
     backup = tmp_path / "backup"
     with gen.flow_from_dataframe(df, directory, **kwargs) as it:
         first = _recording_model(tfk)
         callback = rk.BackupAndRestore(str(backup), train_iterator=it, save_freq=save_freq)
+        random.seed(1)
         with pytest.raises(Interrupted):
             first.fit(it, epochs=4, verbose=0, callbacks=[callback, _stop_at(tfk, 2, 1)])
     with gen.flow_from_dataframe(df, directory, **kwargs) as it:  # a new process, in effect
         second = _recording_model(tfk)
         callback = rk.BackupAndRestore(str(backup), train_iterator=it, save_freq=save_freq)
+        random.seed(2)  # another process: the callback sets what `fit` draws from
         second.fit(it, epochs=4, verbose=0, callbacks=[callback])
         assert it.epoch == 4
-    expected = by_epoch(whole.seen, steps)
-    assert by_epoch(first.seen[: 2 * steps], steps) == expected[:2]
-    # Keras 2 runs the interrupted epoch again from its start (with `save_freq` in steps too:
-    # it restores the model at that step, then trains the whole epoch), then epoch 3.
-    assert by_epoch(second.seen, steps) == expected[2:]
+    # Keras 2 resumes after its last backup, inside the epoch with `save_freq` in steps: the
+    # two runs together train the uninterrupted run's stream, batch for batch, in its order.
+    resumed = len(second.seen)
+    assert resumed >= steps + 1  # epoch 3, and what epoch 2 had left
+    assert first.seen[: len(whole.seen) - resumed] + second.seen == whole.seen
     assert not (backup / "remote_keras_iterator.json").exists()  # removed with the backup
+
+
+# --------------------------------------------------------------------------- SIGKILL sweep
+
+# A chain of runs of 3 epochs of 3 batches, a backup after every batch: each run resumes the
+# previous one's backup and is killed at the next point, so every training step is killed in
+# turn, and every point of a save: after the data record, before Keras's backup (`record`),
+# after the save (`saved`), and each epoch boundary (after the last batch's save, and before
+# the epoch's end: `epoch_end`). `(global step, phase)`; the next run restarts at the step,
+# or after it once Keras saved it.
+SWEEP = [(0, "record"), (0, "saved"), (1, "record"), (2, "saved"), (3, "record"),
+         (4, "saved"), (5, "epoch_end"), (6, "saved"), (7, "record"), (8, "saved")]  # fmt: skip
+SHORT_SWEEP = [(1, "saved"), (2, "epoch_end"), (4, "record"), (7, "saved")]
+
+
+def _runner(tmp_path, directory: str, files: list[str], *options: str):
+    backup = tmp_path / "backup"
+    base = [sys.executable, os.path.join(ROOT, "tests", "keras2", "resume_run.py"),
+            "--directory", directory, "--files", json.dumps(files), "--backup", str(backup),
+            *options]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=ROOT)
+
+    def run(name: str, *extra: str) -> tuple[list[dict], int]:
+        record = str(tmp_path / f"{name}.jsonl")
+        done = subprocess.run(base + ["--record", record, *extra], env=env, timeout=300,
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode in (0, -9), f"{name}: {done.stderr[-3000:]}"
+        assert "Warning" not in done.stderr, f"{name}: {done.stderr[-3000:]}"
+        lines = [json.loads(line) for line in open(record)] if os.path.exists(record) else []
+        return lines, done.returncode
+
+    return run
+
+
+def _sweep(run, tmp_path, sweep) -> None:
+    reference, _ = run("reference", "--backup", str(tmp_path / "unused"),
+                       "--weights", str(tmp_path / "reference.npz"),
+                       "--state", str(tmp_path / "reference.json"))  # fmt: skip
+    assert len(reference) == 9
+    restart = 0
+    for step, phase in sweep:
+        name = f"kill-{step}-{phase}"
+        record, rc = run(name, "--kill-step", f"{step - restart}:{phase}")
+        assert rc == -9, f"{name} was not killed"
+        assert record == reference[restart : step + 1], name  # batches, augmentation, weights
+        restart = step if phase == "record" else step + 1
+    record, rc = run("last", "--weights", str(tmp_path / "resumed.npz"),
+                     "--state", str(tmp_path / "resumed.json"))  # fmt: skip
+    assert rc == 0 and record == reference[restart:]
+    ours, theirs = np.load(tmp_path / "resumed.npz"), np.load(tmp_path / "reference.npz")
+    for key in theirs.files:
+        np.testing.assert_array_equal(ours[key], theirs[key])
+    with open(tmp_path / "resumed.json") as a, open(tmp_path / "reference.json") as b:
+        assert json.load(a) == json.load(b)  # `state_dict()` after the resumed fit: epoch 3
+
+
+@pytest.mark.slow
+def test_sigkill_at_every_step_and_save_point_then_resume(image_dir, tmp_path):
+    """Every restart trains the uninterrupted run's stream, order included; weights equal."""
+    directory, df = image_dir
+    run = _runner(tmp_path, directory, list(df["filename"])[:6], "--save-freq", "1")
+    _sweep(run, tmp_path, SWEEP)
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_with_fit_shuffle_false(image_dir, tmp_path):
+    directory, df = image_dir
+    run = _runner(
+        tmp_path, directory, list(df["filename"])[:6], "--save-freq", "1", "--no-fit-shuffle"
+    )
+    _sweep(run, tmp_path, SHORT_SWEEP)
+
+
+def test_keras2_backup_refuses_to_run_without_the_iterator(tmp_path):
+    with pytest.raises(ValueError, match="train_iterator=train"):
+        rk.BackupAndRestore(str(tmp_path / "backup"), save_freq=100)
