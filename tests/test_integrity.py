@@ -334,7 +334,7 @@ def test_offers_checked_follows_the_most_derived_override():
     assert offers_checked(rk.FsspecLoader(), "__call__", "read_checked")
 
 
-# --------------------------------------------------------------------------- HTTP, lakeFS
+# --------------------------------------------------------------------------- HTTP
 
 
 def read_all(options, url, df, **kwargs):
@@ -357,26 +357,6 @@ def test_http_is_verified_with_content_md5_and_unverified_without(image_dir):
     assert (stats.verified, stats.unverified) == (len(df), 0)
     for a, b in zip(expected, got):
         assert_same_batch(a, b)
-
-
-@pytest.mark.parametrize("presign", [False, True])
-def test_lakefs_reads_are_unverified(image_dir, presign):
-    import lakefs
-    from lakefs.client import Client
-    from lakefs_spec import LakeFSFileSystem
-
-    from remote_keras.testing.lakefs import LakeFSServer
-
-    local, df = image_dir
-    with LakeFSServer(presign=presign, data_server=presign) as server:
-        client = Client(**server.storage_options)
-        lakefs.Repository("checks", client=client).create(storage_namespace="local://checks")
-        fs = LakeFSFileSystem(**server.storage_options)
-        for name in df["filename"]:
-            fs.put_file(f"{local}/{name}", f"lakefs://checks/main/{name}")
-        lakefs.Branch("checks", "main", client=client).commit("images")
-        _, stats = read_all(server.storage_options, "lakefs://checks/main", df)
-    assert stats.images == len(df) and (stats.verified, stats.unverified) == (0, len(df))
 
 
 # --------------------------------------------------------------------------- GCS, Azure

@@ -68,12 +68,14 @@ class LoaderOptions:
         verify_checksums: Check every body read against the checksum the
             store sent with it, where there is one (`True`, the default): an
             S3 ETag (MD5) or `x-amz-checksum-*` header, GCS's `x-goog-hash`,
-            Azure's or HTTP's `Content-MD5` (see `remote_keras.storage.integrity` for
-            what each loader can check). A mismatch is retried like a failed
-            read, then raises `ChecksumMismatchError` (or skips the sample
-            with `on_error="skip"`). With `loader="obstore"`, S3 objects
-            encrypted with SSE-KMS or SSE-C, whose ETag is not their MD5, need
-            `False`; `iterator.stats` counts `verified` and `unverified` reads.
+            Azure's or HTTP's `Content-MD5`, lakeFS's ETag (its checksum of
+            the object) or, presigned, the store's headers (see
+            `remote_keras.storage.integrity` for what each loader can check).
+            A mismatch is retried like a failed read, then raises
+            `ChecksumMismatchError` (or skips the sample with
+            `on_error="skip"`). With `loader="obstore"`, S3 objects encrypted
+            with SSE-KMS or SSE-C, whose ETag is not their MD5, need `False`;
+            `iterator.stats` counts `verified` and `unverified` reads.
         on_error: `"raise"` (default) raises for an unreadable sample;
             `"skip"` drops it from its batch, warns once per epoch and
             records it in `iterator.skipped`.

@@ -35,7 +35,7 @@ class LoaderStats:
             retried; counted per attempt).
         unverified: Reads of URLs with nothing to check against: no checksum
             sent, or not exposed by the client (obstore on GCS and Azure,
-            lakeFS, multipart S3 ETags, custom loaders), or
+            multipart S3 ETags and lakeFS checksums, custom loaders), or
             `verify_checksums=False`. Local files and cache hits count in
             none of the three (the disk cache checks its own entries).
         skipped: Samples dropped with `on_error="skip"` (in Keras's worker

@@ -26,7 +26,9 @@ as `unverified` in `LoaderStats`; local files count as neither):
 - GCS, fsspec loader: `x-goog-hash` (CRC32C, else MD5); obstore: nothing.
 - Azure, fsspec loader: `Content-MD5`, when set at upload; obstore: nothing.
 - HTTP(S): `Content-MD5`, `x-goog-hash` or `x-amz-checksum-*`, when sent.
-- lakeFS (through its server or presigned): nothing.
+- lakeFS, through its server: the response's ETag, lakeFS's checksum of the
+  object (an MD5, unless multipart); presigned: the store's headers, as for
+  HTTP(S), plus its ETag when it is an MD5 (not for SSE-KMS or SSE-C).
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ def mismatch(url: str, checksum: Checksum, got: str) -> ChecksumMismatchError:
     """The error for a body of `url` whose checksum is `got` instead of `checksum.value`."""
     shown = errors.redact(url)
     hint = ""
-    if checksum.source == "ETag":
+    if checksum.source.endswith("ETag"):
         hint = (
             " (if the objects are encrypted with SSE-KMS or SSE-C, their ETag is not an MD5: "
             "pass verify_checksums=False)"
@@ -219,12 +221,15 @@ def _b64_hex(value: Any) -> str | None:
         return None
 
 
-def from_etag(etag: Any) -> Checksum | None:
-    """The MD5 an S3 ETag holds: 32 hex digits, quoted or not; `None` for multipart (`-N`) ones."""
+def from_etag(etag: Any, source: str = "ETag") -> Checksum | None:
+    """The MD5 an S3 ETag holds: 32 hex digits, quoted or not; `None` for multipart (`-N`) ones.
+
+    `source` names where it came from, in the checksum and its mismatch errors.
+    """
     if not isinstance(etag, str):
         return None
     value = etag.strip().removeprefix("W/").strip('"')
-    return Checksum("md5", value.lower(), "ETag") if _HEX_MD5.fullmatch(value) else None
+    return Checksum("md5", value.lower(), source) if _HEX_MD5.fullmatch(value) else None
 
 
 def from_s3_response(response: Mapping[str, Any]) -> Checksum | None:
@@ -244,11 +249,18 @@ def from_s3_response(response: Mapping[str, Any]) -> Checksum | None:
     return _best(candidates + ([etag] if etag else []))
 
 
-def from_headers(headers: Mapping[str, Any]) -> Checksum | None:
+def from_headers(headers: Mapping[str, Any], etag: str | None = None) -> Checksum | None:
     """The checksum in HTTP response headers: `x-goog-hash`, `x-amz-checksum-*`, `Content-MD5`.
 
     Bodies with a `Content-Encoding` (other than `identity`) are not checked:
     clients decompress them, while the checksum is of the encoded bytes.
+
+    Args:
+        headers: The response's headers.
+        etag: Where the server's ETag is an MD5 when it has 32 hex digits (an
+            object store's, lakeFS's), the source to name for it, e.g.
+            `"ETag"`; `None` (the default): ETags are opaque. Not used when
+            the headers say SSE-KMS or SSE-C.
     """
     lower = {str(k).lower(): str(v) for k, v in headers.items()}
     for name in ("content-encoding", "x-goog-stored-content-encoding"):
@@ -268,7 +280,11 @@ def from_headers(headers: Mapping[str, Any]) -> Checksum | None:
     md5 = _b64_hex(lower.get("content-md5"))
     if md5 is not None and len(md5) == 32:
         candidates.append(Checksum("md5", md5, "Content-MD5"))
-    return _best(candidates)
+    encrypted = lower.get("x-amz-server-side-encryption") in _KMS or (
+        "x-amz-server-side-encryption-customer-algorithm" in lower
+    )
+    tag = from_etag(lower.get("etag"), etag) if etag and not encrypted else None
+    return _best(candidates + ([tag] if tag else []))
 
 
 def from_content_md5(value: Any) -> Checksum | None:

@@ -6,7 +6,9 @@ file at that commit, so commits and staged (uncommitted) writes made during
 training never leak into it. `iterator.lakefs_pins` lists the pins, and
 `remote_keras.keras3.callbacks.DataVersionCallback` writes them next to a model's
 checkpoints. When the server presigns, objects are read straight from its
-object store (`remote_keras.storage.presign`).
+object store (`remote_keras.storage.presign`). Either way a read keeps the
+checksum its response carried, for `verify_checksums`
+(`remote_keras.storage.integrity`).
 
 Configuration is lakeFS's own: `storage_options` (`host`, `username`,
 `password`, ...), else the `LAKECTL_*` environment variables, else
@@ -27,6 +29,8 @@ from typing import Any, Protocol
 
 from remote_keras import errors
 from remote_keras.storage import connections as limits  # `connections` is an argument below
+from remote_keras.storage import integrity
+from remote_keras.storage.integrity import Checksum
 
 # Connections the lakeFS client keeps per host, as s3fs's pool (`storage.PROTOCOL_DEFAULTS`).
 # (connect, read) seconds of one object read, as for S3 (`storage.PROTOCOL_DEFAULTS`): a
@@ -149,7 +153,7 @@ class Pinner:
         return LakeFSPin(fs.client.config.host, repository, ref, commit.id)
 
 
-def get_object(fs: Any, url: str) -> bytes:
+def get_object(fs: Any, url: str) -> tuple[bytes, Checksum | None]:
     """Reads a whole lakeFS object with a single GET (no HEAD, no repository lookup).
 
     Args:
@@ -157,15 +161,17 @@ def get_object(fs: Any, url: str) -> bytes:
         url: `lakefs://repo/ref/path`.
 
     Returns:
-        The object's bytes.
+        The object's bytes, and the MD5 in the response's ETag (lakeFS's
+        checksum of the object), or `None` when it is no MD5 (multipart, `-N`).
     """
     repository, ref, path = split(url)
     api = fs.client.sdk_client.objects_api
     if getattr(api.api_client, "_remote_keras_pool", 0) < limits.POOL_CONNECTIONS:
         size_pool(fs.client)
-    return bytes(
-        api.get_object(repository, ref, path, presign=False, _request_timeout=REQUEST_TIMEOUT_S)
+    response = api.get_object_with_http_info(
+        repository, ref, path, presign=False, _request_timeout=REQUEST_TIMEOUT_S
     )
+    return bytes(response.data), integrity.from_headers(response.headers or {}, "lakeFS ETag")
 
 
 # Objects per listing page: lakeFS's maximum (its default, and lakefs-spec's, is 100).

@@ -5,7 +5,8 @@ blockstore), `objects/ls?presign=true` returns each object's
 `physical_address` as an HTTP(S) URL of the underlying store, valid until
 `physical_address_expiry`. `PresignedReader` lists a folder that way once
 (pages of 1,000), keeps the addresses, and reads every image with one GET
-to the store: no request reaches the lakeFS server per image.
+to the store: no request reaches the lakeFS server per image. Each read
+keeps the checksum in the store's headers (`integrity.from_headers`).
 
 The iterators name the URLs they will read (`expect`): the first read then
 starts listing all their folders in the background and renewing them
@@ -39,7 +40,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from remote_keras import errors
-from remote_keras.storage import connections, lakefs, retry
+from remote_keras.storage import connections, integrity, lakefs, retry
 from remote_keras.storage.compact import AddressTable, PrefixedPaths
 from remote_keras.storage.presign_ahead import Ahead
 
@@ -173,11 +174,7 @@ class PresignedReader:
         for url in urls:
             if lakefs.is_lakefs(url):
                 folders.setdefault(url.rpartition("/")[0] + "/")
-        expected = []
-        for folder in folders:
-            repository, ref, path = lakefs.split(folder)
-            expected.append((repository, ref, path))
-        self._expected = expected
+        self._expected = [lakefs.split(folder) for folder in folders]
 
     def close(self) -> None:
         """Stops listing ahead (the next read starts again)."""
@@ -189,7 +186,7 @@ class PresignedReader:
         """The background lister of this process, once a read started it."""
         return self._ahead
 
-    def read(self, fs: Any, url: str) -> bytes | None:
+    def read(self, fs: Any, url: str) -> tuple[bytes, integrity.Checksum | None] | None:
         """Reads `url` from its presigned address, or returns `None` to read through lakeFS.
 
         Args:
@@ -197,7 +194,8 @@ class PresignedReader:
             url: `lakefs://repo/ref/path` (pinned to a commit by the iterators).
 
         Returns:
-            The object's bytes, or `None` when presigning is off or unsupported.
+            The object's bytes and the checksum in the store's headers (its
+            ETag where it is an MD5), or `None` when presigning is off or unsupported.
 
         Raises:
             FileNotFoundError, PermissionError, ImageLoadError: naming `url`
@@ -223,9 +221,9 @@ class PresignedReader:
             return None
         for _ in range(3):  # the first read, then at most two renewals after expiry
             address, listing = found
-            status, data = self._get(address, url)
+            status, data, headers = self._get(address, url)
             if status == 200:
-                return data
+                return data, integrity.from_headers(headers, etag="ETag")
             if status == 403 and self.clock() - listing.issued >= FRESH_S:  # expired
                 found = self._address(fs, key, path, url, renew_before=listing)
                 if found is None:
@@ -319,7 +317,7 @@ class PresignedReader:
         self._folders[key] = listing
         return listing
 
-    def _get(self, address: str, url: str) -> tuple[int, bytes]:
+    def _get(self, address: str, url: str) -> tuple[int, bytes, Any]:
         if self._http is None:
             import urllib3
 
@@ -335,7 +333,7 @@ class PresignedReader:
         except Exception as exc:  # the presigned URL is a credential: name the lakeFS URL
             error = errors.translate(url, _without_address(exc))
         else:
-            return response.status, response.data
+            return response.status, response.data, response.headers
         raise error  # outside `except`: urllib3's error, which holds the URL, is not chained
 
     @staticmethod

@@ -14,6 +14,8 @@ filesystem of the process shares.
 - HTTP(S): the same GET as fsspec's `cat_file`, keeping its headers.
 - obstore: `obstore.get`, keeping the ETag (S3 only: GCS and Azure ETags are
   not MD5s).
+- lakeFS: not here; `storage.lakefs.get_object` keeps the server's ETag and
+  `storage.presign` the store's headers.
 - Other async filesystems: their `cat_file`, with no checksum.
 """
 

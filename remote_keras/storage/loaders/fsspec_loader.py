@@ -69,7 +69,7 @@ class FsspecLoader:
 
         Returns:
             `Fetched(data, checksum)`; `checksum` is `None` where the store or
-            client gives none (local files, lakeFS, multipart ETags, ...).
+            client gives none (local files, multipart ETags, ...).
 
         Raises:
             OSError: `FileNotFoundError`, `PermissionError` or
@@ -84,8 +84,8 @@ class FsspecLoader:
                     return Fetched(f.read(), None)
             fs, inner = self.filesystems.resolve(path)
             if lakefs.is_lakefs(path):
-                data = self.presigned.read(fs, path)
-                return Fetched(lakefs.get_object(fs, path) if data is None else data, None)
+                found = self.presigned.read(fs, path)
+                return Fetched(*(lakefs.get_object(fs, path) if found is None else found))
             if checked and locations.is_async(fs):
                 return checked_reads.read_one(fs, inner)
             return Fetched(fs.cat_file(inner), None)
