@@ -87,3 +87,18 @@ def test_pickled_copies_keep_what_was_learnt_but_no_threads():
     copy = pickle.loads(pickle.dumps(ends))
     assert copy.paired and copy.by_enqueuer()
     assert copy.ends_epoch() is True
+
+
+def test_an_epoch_an_enqueuer_began_may_have_been_read_ahead_of_fit():
+    # Its skips are listed once the epoch ends: the enqueuer may have read batches `fit` never
+    # trains on (after the last epoch).
+    ends = EpochEnds()
+    assert ends.ends_epoch() is True and not ends.read_ahead  # fit's own end
+    enqueuer = _Enqueuer(ends)
+    try:
+        assert enqueuer.epoch_end() is True and ends.read_ahead  # the enqueuer's, first
+        assert ends.ends_epoch() is False and ends.read_ahead  # fit's completes the pair
+        assert pickle.loads(pickle.dumps(ends)).read_ahead
+        assert ends.ends_epoch() is True and not ends.read_ahead  # fit's, before the enqueuer
+    finally:
+        enqueuer.close()

@@ -255,7 +255,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
             if ended:
                 self._end_epochs(ended)
             elif self.options.on_error == "skip":  # held: a loop of one's own still hears now
-                self._skips.warn_summary()
+                self._skips.warn_summary(self._skips_listed_before())
 
     def _keras_on_tensorflow(self) -> bool:
         """Whether the Keras calling this iterator trains on TensorFlow (Keras 2 always does)."""
@@ -274,9 +274,9 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
 
     def _end_epochs(self, count: int) -> None:
         """Moves `count` epochs on (the caller holds the lock)."""
-        if self.options.on_error == "skip":
-            self._skips.warn_summary()
         self._clock.advance(count)
+        if self.options.on_error == "skip":  # counts what `skipped` lists
+            self._skips.warn_summary(self._skips_listed_before())
         self._last_requested = None
         self._prefetcher.clear()
         self.index_array = self._planner.order(self._clock.epoch)

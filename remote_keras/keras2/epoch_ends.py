@@ -23,6 +23,9 @@ class EpochEnds:
     def __init__(self) -> None:
         self._open: tuple[threading.Thread, set[threading.Thread]] | None = None
         self.paired = False  # a pair was seen: an enqueuer drives this iterator
+        # The current epoch began with an end from another thread than the main one (an
+        # enqueuer's): the enqueuer may read its batches before `fit` trains it, or never does.
+        self.read_ahead = False
 
     def ends_epoch(self) -> bool:
         """Called by `on_epoch_end()` (under the iterator's lock): whether the epoch ends now."""
@@ -31,13 +34,15 @@ class EpochEnds:
             ender, running = self._open
             if me is not ender and me in running:
                 self._open = None
-                self.paired = True
+                self.paired = self.read_ahead = True
                 return False
         self._open = (me, set(threading.enumerate()))
+        self.read_ahead = me is not threading.main_thread()
         return True
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_open": None, "paired": self.paired}  # threads belong to this process
+        # Threads belong to this process.
+        return {"_open": None, "paired": self.paired, "read_ahead": self.read_ahead}
 
     def by_enqueuer(self) -> bool:
         """Whether the end just made may be an enqueuer's, which reads the next epoch ahead."""

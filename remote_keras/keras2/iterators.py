@@ -104,6 +104,10 @@ class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
             ahead = self._epoch_ends.by_enqueuer()
             self._clock.keep_limit = _ENQUEUED_AHEAD if ahead else _PEEKED
 
+    def _skips_listed_before(self) -> int | None:
+        """Only ended epochs' when an enqueuer began this one (it reads ahead of `fit`)."""
+        return self._clock.epoch if self._epoch_ends.read_ahead else None
+
     def next(self):
         """The next batch of the stream (Keras 2 spells `next(iterator)` so too)."""
         return self.__next__()

@@ -88,7 +88,10 @@ def load(it: Any, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
                 except (OSError, ValueError) as exc:
                     if it.options.on_error != "skip" or isinstance(exc, PermissionError):
                         raise  # credentials are configuration, not a bad sample
-                    it._skips.add(paths[i], f"{type(exc).__name__}: {exc}", epoch=it.epoch)
+                    epoch, first = plan.origin or (it.epoch, None)  # a read again: same slot
+                    slot = None if first is None else first + i
+                    reason = f"{type(exc).__name__}: {exc}"
+                    it._skips.add(paths[i], reason, epoch=epoch, slot=slot)
         finally:
             for future in futures:
                 future.cancel()

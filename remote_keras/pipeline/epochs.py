@@ -31,11 +31,14 @@ class BatchPlan:
         transforms: One `get_random_transform` dict per sample, or `None`
             without an `ImageDataGenerator`.
         save_hashes: The random numbers in `save_to_dir` file names, or `None`.
+        origin: `(epoch, position of its first sample in that epoch's order)`
+            for a batch of an epoch, else `None`.
     """
 
     indices: np.ndarray
     transforms: list[dict] | None
     save_hashes: list[int] | None
+    origin: tuple[int, int] | None = None
 
     def keep(self, kept: list[int]) -> BatchPlan:
         """The plan of the samples at positions `kept` only."""
@@ -95,7 +98,8 @@ class EpochPlanner:
         if it.seed is not None:  # distinct per shard; `seed + epoch * len + index` unsharded
             seed = it.seed + (epoch * self.batches() + index) * self.shard.count + self.shard.index
         # Keras draws the epoch's permutation and then batch 0's transforms from one seed.
-        return self.draw(indices, seed, skip_permutation=it.shuffle and index == 0)
+        plan = self.draw(indices, seed, skip_permutation=it.shuffle and index == 0)
+        return dataclasses.replace(plan, origin=(epoch, it.batch_size * index))
 
     def draw(
         self, indices: np.ndarray, seed: int | None, skip_permutation: bool = False
