@@ -37,6 +37,7 @@ FRONT_WITHOUT_KERAS = (
     "remote_keras.keras2",
     "remote_keras.keras2.datasets",
     "remote_keras.keras2.epoch_ends",
+    "remote_keras.keras2.fit_order",
     "remote_keras.keras3",
     "remote_keras.keras3.backup_files",
     "remote_keras.keras3.dataset_index",

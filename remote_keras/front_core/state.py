@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from remote_keras import errors
@@ -199,17 +199,24 @@ class StateMixin:
         """`load_state_dict`; `counted=False` leaves `num_batches` whole until `_count_resumed`."""
         epoch, done = int(state["epoch"]), int(state["batch"])
         shuffled = fit_random_state is not None
-        pending = fit_order.fit_resumption(epoch, done, self._length(), shuffled, fit_random_state)
-        self._load_resumption(state, pending if done else None, counted)
+
+        def rest(length: int) -> resume.Resumption | None:
+            pending = fit_order.fit_resumption(epoch, done, length, shuffled, fit_random_state)
+            return pending if done else None
+
+        self._load_resumption(state, rest, counted)
 
     def _load_resumption(
-        self, state: dict[str, Any], pending: resume.Resumption | None, counted: bool = True
+        self,
+        state: dict[str, Any],
+        rest: Callable[[int], resume.Resumption | None],
+        counted: bool = True,
     ) -> None:
-        """Loads `state`, the rest of its epoch read in `pending`'s order (a front's resume)."""
+        """Loads `state`; `rest(batches per epoch)` orders the rest of its epoch (a front's)."""
         self._ensure_process()
         self._repin([LakeFSPin(**pin) for pin in state.get("lakefs_pins", [])])
-        resume.check_compatible(self, state)
-        target = (int(state["epoch"]), int(state["batch"]), pending)
+        resume.check_compatible(self, state)  # the file list is the one read at those commits
+        target = (int(state["epoch"]), int(state["batch"]), rest(self._length()))
         self._prepared = None if counted else target
         self._go_to(*target, counted=counted)
 
@@ -256,7 +263,7 @@ class StateMixin:
             self._prefetcher.clear()
         self._reread_at_pins()
         with self.lock:
-            pass  # XXX
+            self._planner.forget()  # the orders of the other commit's file list
 
     def _reread_at_pins(self) -> None:
         """Recomputes the paths read after `_pinner` changed (subclasses may list again)."""

@@ -25,6 +25,7 @@ import warnings
 from typing import Any
 
 from remote_keras.front_core.fit_order import json_random_state, python_random_state
+from remote_keras.front_core.resume import Resumption
 from remote_keras.keras2 import keras_api
 from remote_keras.keras2.fit_order import keras2_resumption
 
@@ -118,7 +119,7 @@ class BackupAndRestore(keras_api.BackupAndRestore):
         if self._pending:  # Keras resumed after the last epoch: nothing left to train
             latest = self._pending[-1]
             self._pending = None
-            self.train_iterator._load_resumption(latest["train"], None)
+            self.train_iterator._load_resumption(latest["train"], lambda length: None)
         super().on_train_end(logs)
         if getattr(self, "delete_checkpoint", True) and keras_api.gfile.exists(self.state_path):
             keras_api.gfile.remove(self.state_path)
@@ -223,6 +224,8 @@ class BackupAndRestore(keras_api.BackupAndRestore):
             )
             shuffle = False
         self._drawn, self._fit_shuffle = state, record["fit_shuffle"]
-        length = iterator._length()
-        order = keras2_resumption(epoch, step, length, shuffle, state) if step else None
-        iterator._load_resumption(record["train"], order)
+
+        def rest(length: int) -> Resumption | None:  # batches per epoch at the record's commits
+            return keras2_resumption(epoch, step, length, shuffle, state) if step else None
+
+        iterator._load_resumption(record["train"], rest)
