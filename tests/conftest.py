@@ -18,6 +18,7 @@ import s3fs
 
 from remote_keras.testing import CountingProxy, S3Server, StaticHTTPServer
 from remote_keras.testing.data import TEST_CLASSES, smooth_image, write_class_tree
+from tests.helpers import put_folder
 
 # Property tests search new examples on every local run; in CI they replay a fixed
 # sequence, so a CI result is reproducible (a failure found locally is fixed, then kept
@@ -50,9 +51,9 @@ def image_dir(tmp_path_factory):
     return str(root), df
 
 
-# s3fs clients that write test data. The read timeout alone did not stop concurrent PUTs of odd
-# keys that rclone left unanswered from hanging a CI run: write those with
-# `tests.helpers.put_objects` (one at a time, each bounded).
+# s3fs clients that write test data. The read timeout alone did not stop concurrent PUTs that
+# rclone left unanswered from hanging CI runs (odd keys; once a folder upload, 600 s): test data
+# goes through `tests.helpers.put_objects` and `put_folder` (one at a time, each bounded).
 SETUP_CLIENT = dict(
     skip_instance_cache=True,
     config_kwargs={"read_timeout": 20, "retries": {"total_max_attempts": 4, "mode": "standard"}},
@@ -94,7 +95,7 @@ def s3_images(s3_server, image_dir):
     local, df = image_dir
     fs = s3fs.S3FileSystem(**s3_server.storage_options, **SETUP_CLIENT)
     prefix = f"data/{uuid.uuid4().hex[:8]}"
-    fs.put(local + "/", prefix + "/", recursive=True)
+    put_folder(fs, local, prefix)
     return f"s3://{prefix}", df
 
 

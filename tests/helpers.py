@@ -7,6 +7,7 @@ import io
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -85,6 +86,16 @@ def put_objects(fs, objects: Mapping[str, bytes], timeout_s: float = 30, attempt
             except FSTimeoutError:
                 if attempt == attempts - 1:
                     raise
+
+
+def put_folder(fs, local: str, prefix: str) -> None:
+    """Copies the files under `local` to `prefix` with `put_objects` (bounded, one at a time)."""
+    root = Path(local)
+    put_objects(
+        fs,
+        {f"{prefix}/{p.relative_to(root).as_posix()}": p.read_bytes()
+         for p in sorted(root.rglob("*")) if p.is_file()},
+    )  # fmt: skip
 
 
 def epoch(it, before_batch: Callable[[int], None] | None = None) -> list:

@@ -41,6 +41,7 @@ from remote_keras.testing.proxy import (
     flip_middle,
     is_object_request,
 )
+from tests.helpers import put_objects
 
 DATA = bytes(range(256)) * 400  # 100 KiB
 STATUS_CODES = {"503": "SlowDown", "500": "InternalError", "429": "TooManyRequests"}
@@ -67,7 +68,7 @@ def prefix(s3_server) -> str:
     """`data/<unique>` holding `a.bin` and `b.bin` (DATA each), written directly."""
     fs = s3fs.S3FileSystem(**s3_server.storage_options, skip_instance_cache=True)
     name = f"data/faults-{uuid.uuid4().hex[:8]}"
-    fs.pipe({f"{name}/a.bin": DATA, f"{name}/b.bin": DATA})
+    put_objects(fs, {f"{name}/a.bin": DATA, f"{name}/b.bin": DATA})
     return name
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import remote_keras as rk
 from remote_keras.testing.proxy import CountingProxy, FaultPlan
-from tests.helpers import AUGMENT, assert_same_batch, epoch, noise_png
+from tests.helpers import AUGMENT, assert_same_batch, epoch, noise_png, put_objects
 
 KINDS = ("503", "500", "429", "reset-before", "reset-mid-body", "truncate")
 FAST = rk.RetryPolicy(attempts=8, budget=200, backoff_s=0.01, max_backoff_s=0.05, timeout_s=5)
@@ -23,7 +23,7 @@ def many_images(s3_server):
     fs = s3fs.S3FileSystem(**s3_server.storage_options, skip_instance_cache=True)
     prefix = f"data/faults-{uuid.uuid4().hex[:6]}"
     names = [f"{'ab'[i % 2]}/{i:03d}.png" for i in range(200)]
-    fs.pipe({f"{prefix}/{name}": noise_png(i) for i, name in enumerate(names)})
+    put_objects(fs, {f"{prefix}/{name}": noise_png(i) for i, name in enumerate(names)})
     return f"s3://{prefix}", pd.DataFrame({"filename": names, "class": [n[0] for n in names]})
 
 

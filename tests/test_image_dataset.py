@@ -23,7 +23,7 @@ from keras.src.utils import dataset_utils
 import remote_keras as rk
 from remote_keras.testing.data import smooth_image
 from tests.conftest import SETUP_CLIENT, write_tree
-from tests.helpers import assert_same_batch, noise_png, truncated_jpeg
+from tests.helpers import assert_same_batch, noise_png, put_folder, truncated_jpeg
 
 
 def epochs(dataset, count: int = 2) -> list[list]:
@@ -146,7 +146,7 @@ def damaged_s3(s3_server, image_dir):
     local, _ = image_dir
     fs = s3fs.S3FileSystem(**s3_server.storage_options, **SETUP_CLIENT)
     prefix = f"data/damaged-{uuid.uuid4().hex[:8]}"
-    fs.put(local + "/", prefix + "/", recursive=True)
+    put_folder(fs, local, prefix)
     fs.pipe(f"{prefix}/dog/dog_3.jpg", b"\xff\xd8 this is not a JPEG")
     for path in glob.glob(os.path.join(local, "**", "*.*"), recursive=True):  # stored whole?
         key = f"{prefix}/{os.path.relpath(path, local)}"

@@ -26,7 +26,7 @@ from remote_keras.testing import CountingProxy, StaticHTTPServer
 from remote_keras.testing.data import photo_like_jpeg
 from remote_keras.testing.proxy import FaultPlan, flip_middle
 from tests.cloud_stores import emulator_or_skip
-from tests.helpers import assert_same_batch
+from tests.helpers import assert_same_batch, put_objects
 
 FAST = rk.RetryPolicy(backoff_s=0.01, max_backoff_s=0.05, timeout_s=10)
 KW = dict(target_size=(16, 16), batch_size=10, shuffle=False, validate_filenames=False)
@@ -160,7 +160,7 @@ def jpegs(s3_server):
     bodies = {name: photo_like_jpeg(rng, 48, 40) for name in names}
     fs = s3fs.S3FileSystem(**s3_server.storage_options, skip_instance_cache=True)
     prefix = f"data/integrity-{uuid.uuid4().hex[:6]}"
-    fs.pipe({f"{prefix}/{name}": body for name, body in bodies.items()})
+    put_objects(fs, {f"{prefix}/{name}": body for name, body in bodies.items()})
     df = pd.DataFrame({"filename": names, "class": [n[0] for n in names]})
     return f"s3://{prefix}", df, bodies
 

@@ -15,7 +15,7 @@ import pytest
 
 import remote_keras as rk
 from remote_keras import errors
-from tests.helpers import assert_same_batch
+from tests.helpers import assert_same_batch, put_folder, put_objects
 
 
 def test_iterator_pickles_and_reads_the_same_batches(s3_images, s3_options):
@@ -212,8 +212,8 @@ def s3_with_corrupt_image(s3_server, image_dir):
     local, df = image_dir
     fs = s3fs.S3FileSystem(**s3_server.storage_options, **SETUP_CLIENT)
     prefix = f"data/corrupt-{uuid.uuid4().hex[:8]}"
-    fs.put(local + "/", prefix + "/", recursive=True)
-    fs.pipe_file(f"{prefix}/cat/corrupt.png", b"this is not an image")
+    put_folder(fs, local, prefix)
+    put_objects(fs, {f"{prefix}/cat/corrupt.png": b"this is not an image"})
     rows = df[["filename", "class"]].to_dict("records")
     rows.insert(5, {"filename": "cat/corrupt.png", "class": "cat"})
     return f"s3://{prefix}", rows, f"s3://{prefix}/cat/corrupt.png"

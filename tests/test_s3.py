@@ -15,7 +15,7 @@ from keras.src.legacy.preprocessing import image as keras_image
 import remote_keras as rk
 from remote_keras.testing import CountingProxy
 from remote_keras.testing.proxy import FaultPlan
-from tests.helpers import assert_same_batch, png_bytes
+from tests.helpers import assert_same_batch, png_bytes, put_objects
 
 
 def stock_batches(directory, df=None, **kwargs):
@@ -98,7 +98,7 @@ def test_validation_lists_instead_of_one_request_per_row(
 ):
     prefix = "data/many"
     png = _tiny_png()
-    s3fs_direct.pipe({f"{prefix}/{c}/{i}.png": png for c in "ab" for i in range(150)})
+    put_objects(s3fs_direct, {f"{prefix}/{c}/{i}.png": png for c in "ab" for i in range(150)})
     rows = [{"filename": f"{c}/{i}.png", "class": c} for c in "ab" for i in range(150)]
     rows.append({"filename": "a/missing.png", "class": "a"})
     s3_proxy.reset()
@@ -121,7 +121,7 @@ def test_odd_keys_are_read_literally(s3fs_direct, s3_options, s3_proxy):
     for value, name in enumerate(names):
         pixels = np.full((4, 4, 3), value * 20 + int(rng.integers(5)), dtype="uint8")
         payloads[f"data/odd/{name}"] = png_bytes(pixels)
-    s3fs_direct.pipe(payloads)
+    put_objects(s3fs_direct, payloads)
     df = pd.DataFrame({"filename": names, "class": ["a"] * len(names)})
     gen = rk.ImageDataGenerator(storage_options=s3_options)
     with gen.flow_from_dataframe(
