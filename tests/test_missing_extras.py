@@ -26,6 +26,11 @@ def hide(monkeypatch, module: str, protocols: tuple[str, ...] = ()) -> None:
     registry = importlib.import_module("fsspec.registry")
     for protocol in protocols:
         monkeypatch.delitem(registry._registry, protocol, raising=False)
+        # fsspec's own implementation of the protocol (its HTTP one imports aiohttp), if another
+        # test of this process has imported it already: it holds the client it imported.
+        implementation = registry.known_implementations.get(protocol, {}).get("class", "")
+        if implementation.startswith("fsspec."):
+            monkeypatch.setitem(sys.modules, implementation.rsplit(".", 1)[0], None)
 
 
 def install_line(extra: str, package: str) -> str:

@@ -91,10 +91,6 @@ class StateMixin:
             return self._clock.in_pass
 
     @property
-    def _epoch(self) -> int:  # the epoch counter, held ends aside (read by the test suite)
-        return self._clock.epoch
-
-    @property
     def stats(self) -> LoaderStats:
         """Running statistics: images, bytes, requests, retries, cache hits, time waiting."""
         return dataclasses.replace(
