@@ -24,7 +24,7 @@ import random
 import warnings
 from typing import Any
 
-from remote_keras.front_core.fit_order import json_random_state, python_random_state
+from remote_keras.front_core.fit_order import json_random_state, python_random_state, shuffled
 from remote_keras.front_core.resume import Resumption
 from remote_keras.keras2 import keras_api
 from remote_keras.keras2.fit_order import keras2_resumption
@@ -82,6 +82,10 @@ class BackupAndRestore(keras_api.BackupAndRestore):
         self._first_step = True
         self._drawn: tuple | None = None  # the state this epoch's order was drawn from
         self._fit_shuffle: bool | None = None
+        # Orders Keras's enqueuer drew between an epoch's and the next's, as seen last (it draws
+        # the next epoch's ahead if it is still running once `fit` took the epoch's batches).
+        self._extra_draws: int | None = None
+        self._arm_next: tuple[int, tuple] | None = None  # (epoch, state) to draw it from
 
     def _implements_train_batch_hooks(self) -> bool:
         return True  # each epoch's first step tells how its order was drawn
@@ -102,6 +106,11 @@ class BackupAndRestore(keras_api.BackupAndRestore):
             saved = [r for r in self._pending if r["epoch"] == epoch and r["python_random"]]
             if saved:  # Keras draws this epoch's order from the state it was drawn from
                 draws.arm(python_random_state(saved[-1]["python_random"]))
+        elif self._arm_next is not None and self._arm_next[0] == epoch:
+            # After an epoch resumed mid-way, whose enqueuer never drew ahead (`fit` did not
+            # take all its batches): the state the uninterrupted run drew this epoch from.
+            draws.arm(self._arm_next[1])
+        self._arm_next = None
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         super().on_train_batch_begin(batch, logs)
@@ -145,6 +154,7 @@ class BackupAndRestore(keras_api.BackupAndRestore):
             "epoch": resume,
             "batch": done,
             "fit_shuffle": self._fit_shuffle,
+            "extra_draws": self._extra_draws,
             "python_random": None if state is None else json_random_state(state),
             "train": self.train_iterator.state_dict(epoch=resume, batch=done),
         }
@@ -162,6 +172,11 @@ class BackupAndRestore(keras_api.BackupAndRestore):
                 stacklevel=2,
             )
             return
+        length = self.train_iterator._length()
+        if self._drawn is not None and self._fit_shuffle:
+            after = shuffled(length, self._drawn)[1]
+            ahead = shuffled(length, after)[1]
+            self._extra_draws = {after: 0, ahead: 1}.get(state, self._extra_draws)
         self._drawn, self._fit_shuffle = state, shuffle
         stale = [r for r in self._records if r["epoch"] == self._epoch and r["batch"] == 0]
         exact = json_random_state(state)
@@ -224,6 +239,12 @@ class BackupAndRestore(keras_api.BackupAndRestore):
             )
             shuffle = False
         self._drawn, self._fit_shuffle = state, record["fit_shuffle"]
+        self._extra_draws = record.get("extra_draws")
+        if step and shuffle and state is not None:
+            after = shuffled(iterator._length(), state)[1]
+            for _ in range(self._extra_draws or 0):
+                after = shuffled(iterator._length(), after)[1]
+            self._arm_next = (epoch + 1, after)
 
         def rest(length: int) -> Resumption | None:  # batches per epoch at the record's commits
             return keras2_resumption(epoch, step, length, shuffle, state) if step else None

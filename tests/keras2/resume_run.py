@@ -8,7 +8,8 @@ sends itself SIGKILL at training step N of this process (from 0), at PHASE:
 `record` (the data record written, Keras's backup not yet), `saved` (after the
 step's backup) or `epoch_end` (the epoch's end, before the callbacks' epoch-end
 work). `--branch-moves` commits one more image to the lakeFS branch before
-training. The final weights go to `--weights`, the iterator's state to `--state`.
+training. `--epoch-end-pause S` waits S seconds at each epoch's end (as validation would).
+The final weights go to `--weights`, the iterator's state to `--state`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import hashlib
 import json
 import os
 import signal
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -73,6 +75,15 @@ class KillAt(tfk.callbacks.Callback):
         self.model.kill_if("epoch_end")
 
 
+class PauseAtEpochEnd(tfk.callbacks.Callback):
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def on_epoch_end(self, epoch, logs=None):
+        time.sleep(self.seconds)
+
+
 def _kill_between_record_and_backup(model: RecordingModel) -> None:
     """Makes Keras's own backup call `kill_if("record")` first (the data record is written)."""
     keras_backup = backup_module.keras_api.BackupAndRestore._backup
@@ -98,6 +109,8 @@ def main() -> None:
     parser.add_argument("--kill-step")
     parser.add_argument("--no-fit-shuffle", action="store_true")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--multiprocessing", action="store_true")
+    parser.add_argument("--epoch-end-pause", type=float, default=0.0)
     args = parser.parse_args()
 
     tfk.utils.set_random_seed(0)
@@ -119,9 +132,12 @@ def main() -> None:
         _kill_between_record_and_backup(model)
         # `epoch_end` comes before the backup callback's epoch end; `saved` after its save.
         callbacks.insert(0 if phase == "epoch_end" else 1, KillAt())
+    if args.epoch_end_pause:  # e.g. validation: Keras's enqueuer draws the next order meanwhile
+        callbacks.append(PauseAtEpochEnd(args.epoch_end_pause))
     model.fit(
         it, epochs=args.epochs, callbacks=callbacks, verbose=0,
         shuffle=not args.no_fit_shuffle, workers=args.workers,
+        use_multiprocessing=args.multiprocessing,
     )  # fmt: skip
     if args.weights:
         np.savez(args.weights, *model.get_weights())

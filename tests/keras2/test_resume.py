@@ -157,6 +157,23 @@ def test_sigkill_then_resume_with_fit_shuffle_false(image_dir, tmp_path):
     _sweep(run, tmp_path, SHORT_SWEEP)
 
 
+@pytest.mark.slow
+def test_a_resume_with_worker_processes_keeps_the_next_epochs_order(image_dir, tmp_path):
+    """Keras 2's enqueuer draws the next epoch's order ahead once `fit` took an epoch's batches,
+    but not in an epoch resumed mid-way: the callback draws it in its place."""
+    directory, df = image_dir
+    run = _runner(
+        tmp_path, directory, list(df["filename"])[:12], "--save-freq", "1", "--workers", "2",
+        "--multiprocessing", "--epoch-end-pause", "0.5",
+    )  # fmt: skip
+    reference, _ = run("reference", "--backup", str(tmp_path / "unused"))
+    assert len(reference) == 18  # 6 batches an epoch: 720 orders
+    first, rc = run("first", "--kill-step", "7:saved")  # epoch 1, step 1
+    assert rc == -9 and first == reference[:8]
+    resumed, rc = run("resumed")
+    assert rc == 0 and resumed == reference[8:]  # epoch 1's rest, then epoch 2 in its order
+
+
 def test_keras2_backup_refuses_to_run_without_the_iterator(tmp_path):
     with pytest.raises(ValueError, match="train_iterator=train"):
         rk.BackupAndRestore(str(tmp_path / "backup"), save_freq=100)
