@@ -95,3 +95,22 @@ def test_integrity_benchmark_catches_every_flip_when_checking(tmp_path):
         assert on["checksum_mismatches"] == on["bodies_flipped"] >= 1, on
     assert set(report["cpu"]) == {"fsspec (ETag MD5)", "obstore (ETag MD5)"}
     assert report["hash"]["md5"]["us_per_image"] > 0
+
+
+@pytest.mark.slow
+def test_lakefs_integrity_benchmark_catches_every_flip_in_both_modes(tmp_path):
+    out = tmp_path / "integrity-lakefs.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "integrity_lakefs.py"), "--images", "40",
+         "--epochs", "1", "--repeats", "1", "--rate", "0.2", "--json", str(out)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    for mode in ("through the server", "presigned"):
+        off = report["caught"][f"{mode}, verify_checksums=False"]
+        on = report["caught"][f"{mode}, verify_checksums=True"]
+        assert off["bodies_flipped"] >= 1 and off["batches_wrong"] >= 1, off
+        assert on["batches_wrong"] == 0, on
+        assert on["checksum_mismatches"] == on["bodies_flipped"] >= 1, on
+        assert report["cpu"][mode]["cpu_ms_per_image_on"] > 0
