@@ -306,7 +306,6 @@ def test_shards_are_disjoint_and_cover(image_dir):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(follow_links=True), "follow_links"),
         (dict(format="grain"), "format"),
         (dict(label_mode="binary"), "exactly 2"),
         (dict(use_multiprocessing=True), "use_multiprocessing"),
@@ -320,6 +319,43 @@ def test_clear_errors(s3_images, s3_options, kwargs, match):
     url, _ = s3_images
     with pytest.raises(ValueError, match=match):
         rk.image_dataset_from_directory(url, storage_options=s3_options, **kwargs)
+
+
+# Each argument error of Keras's function, with the phrase Keras's own tests match in its message.
+KERAS_ARGUMENT_ERRORS = [
+    (dict(labels="other"), "`labels` argument should be"),
+    (dict(label_mode="other"), "`label_mode` argument must be"),
+    (dict(color_mode="other"), "`color_mode` must be one of"),
+    (dict(labels=[0, 1], class_names=["a", "b"]), 'only pass `class_names` if `labels="inferred"`'),
+    (dict(labels=[0, 1]), "Expected the lengths of `labels` to match the number of files"),
+    (dict(class_names=["cat", "wrong"]), "`class_names` passed did not match"),
+    (dict(label_mode="binary", class_names=["cat"]), "there must be exactly 2"),
+    (dict(validation_split=2), "`validation_split` must be between 0 and 1"),
+    (dict(validation_split=0.2, subset="other"), '`subset` must be either "training"'),
+    (dict(validation_split=0.0, subset="training"), "`validation_split` must be set"),
+    (dict(validation_split=0.2, subset="training"), "must provide a `seed`"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "phrase"), KERAS_ARGUMENT_ERRORS)
+def test_argument_errors_are_keras_own_through_s3(image_dir, s3_images, s3_options, kwargs, phrase):
+    local, _ = image_dir
+    url, _ = s3_images
+    with pytest.raises(ValueError, match=re.escape(phrase)):
+        keras.utils.image_dataset_from_directory(local, verbose=False, **kwargs)
+    with pytest.raises(ValueError, match=re.escape(phrase)):
+        rk.image_dataset_from_directory(url, storage_options=s3_options, verbose=False, **kwargs)
+
+
+def test_follow_links_on_a_url_reads_what_false_reads(s3_images, s3_options):
+    url, _ = s3_images
+    kwargs = dict(storage_options=s3_options, image_size=(4, 4), seed=1, verbose=False)
+    followed = rk.image_dataset_from_directory(url, follow_links=True, **kwargs)
+    plain = rk.image_dataset_from_directory(url, follow_links=False, **kwargs)
+    assert followed.file_paths == plain.file_paths and followed.file_paths
+    for (a, la), (b, lb) in zip(followed, plain):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        np.testing.assert_array_equal(la.numpy(), lb.numpy())
 
 
 def test_missing_folder_names_it(s3_options):

@@ -59,8 +59,8 @@ def index(
     if class_names is not None:
         if not set(class_names).issubset(folders):
             raise ValueError(
-                f"`class_names` must name sub-folders of {directory!r}: found {folders}, "
-                f"received class_names={list(class_names)}"
+                "The `class_names` passed did not match the sub-folders of "
+                f"{directory!r}: found {folders}, received class_names={list(class_names)}"
             )
         names = list(class_names)
     paths: list[str] = []

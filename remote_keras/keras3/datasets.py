@@ -101,7 +101,8 @@ def image_dataset_from_directory(
             the two datasets); needs `validation_split`.
         interpolation: `"bilinear"`, `"nearest"`, `"bicubic"`, `"area"`,
             `"lanczos3"`, `"lanczos5"`, `"gaussian"` or `"mitchellcubic"`.
-        follow_links: Walk into symbolic links to folders (local folders only).
+        follow_links: Walk into symbolic links to folders. An object store has
+            no links: on a URL, `True` reads what `False` reads.
         crop_to_aspect_ratio: Resize the largest central window with the
             target's aspect ratio.
         pad_to_aspect_ratio: Resize the whole image and pad it with zeros to
@@ -142,7 +143,7 @@ def image_dataset_from_directory(
     )
     _check_split(validation_split, subset, shuffle, seed)
     shard = _shard(opts)
-    _check_options(directory, follow_links, opts)
+    _check_options(opts)
     if shard.count > 1 and shuffle and seed is None:
         seed = 0  # every worker must draw the same permutation
         warnings.warn(
@@ -157,7 +158,8 @@ def image_dataset_from_directory(
     paths, labels, names = _indexed(read_from, labels, class_names, follow_links, files, verbose)
     if label_mode == "binary" and len(names or ()) != 2:
         raise ValueError(
-            f'label_mode="binary" needs exactly 2 classes. Received: class_names={names}'
+            'With label_mode="binary", there must be exactly 2 classes. '
+            f"Received: class_names={names}"
         )
     data_format = _data_format(data_format)
     if shuffle:
@@ -218,17 +220,19 @@ def _checked(
     if labels not in ("inferred", None):
         if not isinstance(labels, (list, tuple)):
             raise ValueError(
-                '`labels` must be "inferred", None, or a list/tuple of integer labels, one '
-                f"per image file in the folder. Received: labels={labels!r}"
+                '`labels` argument should be "inferred" (from the sub-folders), None (images '
+                "only), or a list/tuple of integer labels, one per image file in the folder. "
+                f"Received: labels={labels!r}"
             )
         if class_names:
             raise ValueError(
-                '`class_names` can only be given with labels="inferred". '
+                'You can only pass `class_names` if `labels="inferred"`. '
                 f"Received: labels={labels!r}, class_names={class_names!r}"
             )
     if label_mode not in LABEL_MODES:
         raise ValueError(
-            f"`label_mode` must be one of {LABEL_MODES}. Received: label_mode={label_mode!r}"
+            f"`label_mode` argument must be one of {LABEL_MODES}. "
+            f"Received: label_mode={label_mode!r}"
         )
     if labels is None or label_mode is None:
         labels = label_mode = None
@@ -262,25 +266,24 @@ def _check_split(fraction: Any, subset: Any, shuffle: bool, seed: Any) -> None:
     if fraction and not 0 < fraction < 1:
         raise ValueError(f"`validation_split` must be between 0 and 1. Received: {fraction!r}")
     if (fraction or subset) and not (fraction and subset):
-        raise ValueError("`subset` and `validation_split` must be given together, or neither.")
+        raise ValueError(
+            "`validation_split` must be set (between 0 and 1) when `subset` is, and `subset` "
+            f"when `validation_split` is. Received: validation_split={fraction!r}, "
+            f"subset={subset!r}"
+        )
     if subset not in ("training", "validation", "both", None):
         raise ValueError(
-            f'`subset` must be "training", "validation" or "both". Received: {subset!r}'
+            f'`subset` must be either "training", "validation" or "both". Received: {subset!r}'
         )
     if fraction and shuffle and seed is None:
         raise ValueError(
-            "Pass a `seed` with `validation_split` and shuffle=True, so that the training "
-            "and validation subsets do not overlap."
+            "With `validation_split` and shuffle=True you must provide a `seed`, so that the "
+            "training and validation subsets do not overlap."
         )
 
 
-def _check_options(directory: str, follow_links: bool, opts: LoaderOptions) -> None:
+def _check_options(opts: LoaderOptions) -> None:
     """Refuses what has no meaning for this function."""
-    if follow_links and locations.is_url(directory):
-        raise ValueError(
-            f"follow_links=True applies to local folders only; {directory!r} is a URL, and "
-            "object stores have no symbolic links (every object below it is read)."
-        )
     if opts.use_multiprocessing:
         raise ValueError(
             "use_multiprocessing=True does not apply to image_dataset_from_directory: "
@@ -316,8 +319,9 @@ def _indexed(
     elif labels is not None:
         if len(labels) != len(paths):
             raise ValueError(
-                f"`labels` has {len(labels)} entries but {len(paths)} image files were found "
-                f"in {directory!r}; pass one label per file."
+                "Expected the lengths of `labels` to match the number of files found: "
+                f"{len(labels)} labels for {len(paths)} image files in {directory!r}; pass one "
+                "label per file."
             )
         import tensorflow as tf
 
