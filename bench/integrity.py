@@ -192,14 +192,19 @@ def hash_costs(bodies: list[bytes], rounds: int = 20) -> dict:
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of both integrity benchmarks (this one and `integrity_lakefs.py`)."""
     parser.add_argument("--images", type=int, default=400)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--rate", type=float, default=0.02, help="fraction of bodies flipped")
     parser.add_argument("--repeats", type=int, default=5, help="epochs per setting in (b)")
-    parser.add_argument("--crc32", action="store_true", help="also fsspec on CRC32 objects")
     parser.add_argument("--json", type=Path, help="also write the results here")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_arguments(parser)
+    parser.add_argument("--crc32", action="store_true", help="also fsspec on CRC32 objects")
     args = parser.parse_args()
 
     from remote_keras.testing import S3Server

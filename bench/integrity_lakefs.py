@@ -34,6 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np
 import pandas as pd
+from integrity import add_common_arguments  # bench/, first on sys.path when run as a script
 
 KW = dict(target_size=(224, 224), batch_size=32, shuffle=False, validate_filenames=False)
 REPO = "bench"
@@ -152,12 +153,8 @@ def costs(options, df, repeats: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=400)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--rate", type=float, default=0.02, help="fraction of bodies flipped")
-    parser.add_argument("--repeats", type=int, default=5, help="epochs per setting in (b)")
+    add_common_arguments(parser)
     parser.add_argument("--skip-caught", action="store_true", help="only (b)")
-    parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
     from remote_keras.testing.base import free_port

@@ -77,16 +77,21 @@ def test_performance_notebook_plots_the_report(smoke_report):
     ]
 
 
-@pytest.mark.slow
-def test_integrity_benchmark_catches_every_flip_when_checking(tmp_path):
+def _small_integrity_run(tmp_path: Path, script: str) -> dict:
+    """The report of `bench/<script>` on 40 images, 1 epoch, 20% of bodies flipped."""
     out = tmp_path / "integrity.json"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "integrity.py"), "--images", "40", "--epochs", "1",
+        [sys.executable, str(ROOT / "bench" / script), "--images", "40", "--epochs", "1",
          "--repeats", "1", "--rate", "0.2", "--json", str(out)],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    report = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_integrity_benchmark_catches_every_flip_when_checking(tmp_path):
+    report = _small_integrity_run(tmp_path, "integrity.py")
     for loader in ("fsspec", "obstore"):
         off = report["caught"][f"{loader}, verify_checksums=False"]
         on = report["caught"][f"{loader}, verify_checksums=True"]
@@ -99,14 +104,7 @@ def test_integrity_benchmark_catches_every_flip_when_checking(tmp_path):
 
 @pytest.mark.slow
 def test_lakefs_integrity_benchmark_catches_every_flip_in_both_modes(tmp_path):
-    out = tmp_path / "integrity-lakefs.json"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "integrity_lakefs.py"), "--images", "40",
-         "--epochs", "1", "--repeats", "1", "--rate", "0.2", "--json", str(out)],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    report = json.loads(out.read_text())
+    report = _small_integrity_run(tmp_path, "integrity_lakefs.py")
     for mode in ("through the server", "presigned"):
         off = report["caught"][f"{mode}, verify_checksums=False"]
         on = report["caught"][f"{mode}, verify_checksums=True"]

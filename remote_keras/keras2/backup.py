@@ -163,7 +163,8 @@ class BackupAndRestore(keras_api.BackupAndRestore):
         """After an epoch's first step: the state its order was drawn from, and if shuffled."""
         draws = self.train_iterator._draws
         draws.disarm()
-        state, shuffle = draws.drawn_from(self.train_iterator._length())
+        length = self.train_iterator._length()
+        state, shuffle = draws.drawn_from(length)
         if state is None:
             warnings.warn(
                 "Something other than Keras drew from Python's `random` while `fit` started "
@@ -172,7 +173,6 @@ class BackupAndRestore(keras_api.BackupAndRestore):
                 stacklevel=2,
             )
             return
-        length = self.train_iterator._length()
         if self._drawn is not None and self._fit_shuffle:
             after = shuffled(length, self._drawn)[1]
             ahead = shuffled(length, after)[1]
@@ -241,9 +241,10 @@ class BackupAndRestore(keras_api.BackupAndRestore):
         self._drawn, self._fit_shuffle = state, record["fit_shuffle"]
         self._extra_draws = record.get("extra_draws")
         if step and shuffle and state is not None:
-            after = shuffled(iterator._length(), state)[1]
+            length = iterator._length()
+            after = shuffled(length, state)[1]
             for _ in range(self._extra_draws or 0):
-                after = shuffled(iterator._length(), after)[1]
+                after = shuffled(length, after)[1]
             self._arm_next = (epoch + 1, after)
 
         def rest(length: int) -> Resumption | None:  # batches per epoch at the record's commits
