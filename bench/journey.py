@@ -244,13 +244,13 @@ def lakefs_stage(spec: dict) -> dict:
     # A 64-bit hash of every path the iterator fetched (to tell re-reads from extras): 8 bytes
     # each, where keeping the paths themselves would add ~150 bytes per image to the RSS measured.
     fetched = array("q")
-    fetch = it._fetcher.fetch
+    fetch = it.engine.fetcher.fetch
 
     def counting_fetch(paths, executor):
         fetched.extend(hash(path) for path in paths)
         return fetch(paths, executor)
 
-    it._fetcher.fetch = counting_fetch
+    it.engine.fetcher.fetch = counting_fetch
     started = time.perf_counter()
     model.fit(it, epochs=1, callbacks=[*callbacks, Marks()], verbose=0)
     ended = time.perf_counter()

@@ -7,6 +7,8 @@ import pytest
 
 import remote_keras as rk
 from remote_keras.pipeline.reader import BatchReader
+from remote_keras.storage.integrity import Checksum, ChecksumMismatchError
+from remote_keras.storage.loaders.checked_reads import Fetched
 from tests.helpers import assert_same_batch
 
 
@@ -74,3 +76,28 @@ def test_skips_unreadable_files(local_iterator, tmp_path):
             x = reader.batch(0, 0)
         assert len(x) == 3
         assert [url for url, _ in reader.skipped] == [str(bad)]
+
+
+class _WrongChecksums:
+    """Reads local files and reports a checksum no body has (a loader of one's own)."""
+
+    def __call__(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def read_checked(self, path: str) -> Fetched:
+        return Fetched(self(path), Checksum("md5", "0" * 32, "test"))
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_verify_checksums_is_the_readers_option(local_iterator, verify):
+    paths = local_iterator.filepaths[:4]
+    reader = BatchReader(
+        paths, batch_size=4, shuffle=False, loader=_WrongChecksums(), verify_checksums=verify
+    )
+    with reader:
+        if verify:
+            with pytest.raises(ChecksumMismatchError, match="md5"):
+                reader.batch(0, 0)
+        else:
+            assert reader.batch(0, 0).shape == (4, 256, 256, 3)

@@ -23,16 +23,13 @@ from remote_keras.front_core.scheduling import SchedulingMixin
 from remote_keras.front_core.state import StateMixin
 from remote_keras.front_core.tfdata import to_tf_dataset
 from remote_keras.pipeline import batches, sharding
+from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.epochs import EpochPlanner
-from remote_keras.pipeline.fetching import Fetcher
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
-from remote_keras.pipeline.skips import SkipLog
-from remote_keras.pipeline.stats import HandoffLog, StatsRecorder
-from remote_keras.storage import compact, locations, presign
+from remote_keras.pipeline.stats import HandoffLog
+from remote_keras.storage import compact, locations
 from remote_keras.storage.cache import DiskCache
 from remote_keras.storage.compact import PrefixedPaths
-from remote_keras.storage.lakefs import Pinner
-from remote_keras.storage.loaders import choose_loader, make_loader
 
 
 class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
@@ -51,26 +48,22 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
     _filenames: Sequence[str]
     seed: int | None
     _filepaths: Sequence[str]
+    image_shape: tuple[int, ...]
+    dtype: Any
+    data_format: str
+    color_mode: str
+    target_size: tuple[int, int]
+    interpolation: str
+    keep_aspect_ratio: bool
 
     def _init_remote(self, options: LoaderOptions | None, overrides: LoaderOverrides) -> None:
         self.options = (options or LoaderOptions()).merged(overrides)
         opts = self.options
         self.shard = sharding.resolve(opts.num_shards, opts.shard_index, opts.shard_remainder)
         self._planner = EpochPlanner(self, self.shard)
-        self.filesystems = locations.FileSystems(opts.storage_options)
-        timeout_s = opts.retry_policy.timeout_s  # "auto": the loader is set in _finish_init
-        self.loader = make_loader(opts.loader, opts.storage_options, timeout_s, opts.pre_sign)
-        self.loader_choice = "given" if callable(opts.loader) else str(opts.loader)
-        cache = opts.cache_dir
-        self.cache = DiskCache(cache, opts.cache_max_bytes) if cache is not None else None
-        self._stats = StatsRecorder()
-        self._fetcher = Fetcher(
-            self.loader, opts.retry_policy, self.cache, self._stats, opts.verify_checksums
-        )
-        self._pinner = Pinner(self.filesystems)
+        self.engine = ReadEngine(opts)  # "auto": the loader is chosen in _finish_init
         self._known_paths: dict[str, str] = {}  # filename -> path, filled by validation
         self._path_prefix: str | None = None  # set by a listing: path = prefix + filename
-        self._skips = SkipLog()
         self.handoffs = HandoffLog()
         self._per_process_state()
         # Epoch, passes, batches kept for the pass and a resumed epoch's order; copies in
@@ -93,20 +86,33 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
                 stacklevel=3,
             )
         self._filepaths = self._read_paths()
-        if self.options.loader == "auto":
-            read = self._filepaths[0] if self._filepaths else str(self.directory or "")
-            self.loader, self.loader_choice = choose_loader(
-                read,
-                self.options.storage_options,
-                self.options.retry_policy.timeout_s,
-                self.options.pre_sign,
-            )
-            self._fetcher.loader = self.loader
-        presign.expect(self.loader, self._filepaths)  # lakeFS: addresses listed ahead of reads
+        first = self._filepaths[0] if self._filepaths else str(self.directory or "")
+        self.engine.choose_loader(first)
+        self.engine.expect(self._filepaths)  # lakeFS: addresses listed ahead of reads
         # Keras's iterators do not forward these to `PyDataset.__init__`.
         self.workers = self.options.workers
         self.use_multiprocessing = self.options.use_multiprocessing
         self.max_queue_size = self.options.max_queue_size
+
+    @property
+    def loader(self) -> Any:
+        """The loader reading the files (`loader_choice` says which and why)."""
+        return self.engine.loader
+
+    @property
+    def loader_choice(self) -> str:
+        """Which loader reads the files and why (`"given"` for a callable of one's own)."""
+        return self.engine.loader_choice
+
+    @property
+    def cache(self) -> DiskCache | None:
+        """The disk cache of fetched bytes, or `None`."""
+        return self.engine.cache
+
+    @property
+    def filesystems(self) -> locations.FileSystems:
+        """The fsspec filesystems listings and writes go through."""
+        return self.engine.filesystems
 
     @property
     def filenames(self) -> list[str]:
@@ -149,7 +155,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         """The path or URL read for `filename`; lakeFS refs pinned to their commit."""
         path = self._known_paths.get(filename)
         if path is None:
-            path = self._pinner.pin(locations.join(self.directory, filename))
+            path = self.engine.pin(locations.join(self.directory, filename))
         return path
 
     def to_tf_dataset(self) -> Any:
@@ -255,7 +261,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
             if ended:
                 self._end_epochs(ended)
             elif self.options.on_error == "skip":  # held: a loop of one's own still hears now
-                self._skips.warn_summary(self._skips_listed_before())
+                self.engine.skips.warn_summary(self._skips_listed_before())
 
     def _keras_on_tensorflow(self) -> bool:
         """Whether the Keras calling this iterator trains on TensorFlow (Keras 2 always does)."""
@@ -276,7 +282,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         """Moves `count` epochs on (the caller holds the lock)."""
         self._clock.advance(count)
         if self.options.on_error == "skip":  # counts what `skipped` lists
-            self._skips.warn_summary(self._skips_listed_before())
+            self.engine.skips.warn_summary(self._skips_listed_before())
         self._last_requested = None
         self._prefetcher.clear()
         self.index_array = self._planner.order(self._clock.epoch)
@@ -284,4 +290,26 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
     def _get_batches_of_transformed_samples(self, index_array):
         """Loads the samples `index_array`, drawing transforms from the global `np.random`."""
         plan = self._planner.draw(np.asarray(index_array), seed=None)
-        return self._assemble(*batches.load(self, plan))
+        load = batches.load(
+            self.engine,
+            self._pools,
+            self._filepaths,
+            self._image_spec(),
+            self.batch_pixels(),
+            plan,
+            self._current_epoch(),
+        )
+        return self._assemble(*load)
+
+    def _image_spec(self) -> batches.ImageSpec:
+        """What each file becomes, from the iterator's settings now (Keras lets users set them)."""
+        return batches.ImageSpec(
+            tuple(self.image_shape),
+            self.dtype,
+            self.data_format,
+            self.color_mode,
+            (self.target_size[0], self.target_size[1]),
+            self.interpolation,
+            self.keep_aspect_ratio,
+            self.options.jpeg_draft,
+        )

@@ -83,10 +83,10 @@ class DataFrameCore(RemoteBatchCore):
 
     def _read_table(self, url: str):
         """Reads the table at `url`, a `lakefs://` one at its ref's pinned commit."""
-        self.table_url = self._pinner.pin(url)
+        self.table_url = self.engine.pin(url)
         self._ensure_process()
         with errors.reading(self.table_url):
-            data = self._fetcher.fetch([self.table_url], self._pools.get("fetch"))[0]
+            data = self.engine.fetch([self.table_url], self._pools.get("fetch"))[0]
         if isinstance(data, BaseException):
             raise data
         return records.read_table_bytes(self.table_url, bytes(data))
@@ -96,7 +96,7 @@ class DataFrameCore(RemoteBatchCore):
         path = self._known_paths.get(filename)
         if path is None:
             url = listing.row_url(self.directory, filename)
-            path = self._pinner.pin(url or locations.join(self.directory, filename))
+            path = self.engine.pin(url or locations.join(self.directory, filename))
         return path
 
     def _filter_valid_filepaths(self, df, x_col):
@@ -109,7 +109,7 @@ class DataFrameCore(RemoteBatchCore):
         urls = (listing.row_url(self.directory, name) for name in names)
         if not any(locations.is_url(url or "://") for url in urls):
             return cast(Any, super())._filter_valid_filepaths(df, x_col)
-        paths = listing.row_urls(self.directory, names, self._pinner.pin)
+        paths = listing.row_urls(self.directory, names, self.engine.pin)
         if isinstance(paths, PrefixedPaths):  # every row in `directory`, as a listed folder's
             self._path_prefix = paths.prefix
         else:

@@ -8,17 +8,16 @@ import weakref
 from typing import Any
 
 from remote_keras.front_core import workers
+from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.options import LoaderOptions
 from remote_keras.pipeline.prefetch import Prefetcher, WorkerPools
-from remote_keras.storage import presign
 
 
 class LifecycleMixin:
     """Per-process state of an iterator, for a new iterator, a fork or an unpickled copy."""
 
     options: LoaderOptions
-    loader: Any
-    loader_choice: str
+    engine: ReadEngine
     _flow_index: Any
 
     def _per_process_state(self) -> None:
@@ -69,15 +68,13 @@ class LifecycleMixin:
             self._prefetcher.clear()
             self.closed = True
         self._finalizer()
-        presign.close(self.loader)
+        self.engine.rest()
         workers.untrack(self)
         self._release_clients()
 
     def _release_clients(self) -> None:
         """Drops the loader's clients, closing their connections (a read opens new ones)."""
-        close = getattr(self.loader, "close", None)
-        if self.loader_choice != "given" and callable(close):
-            close()
+        self.engine.release_clients()
 
     def __enter__(self):
         return self

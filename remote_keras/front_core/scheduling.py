@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import time
-import weakref
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from remote_keras.pipeline import batches
+from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.epochs import BatchPlan, EpochPlanner
-from remote_keras.pipeline.prefetch import Prefetcher
-from remote_keras.pipeline.stats import HandoffLog, StatsRecorder
+from remote_keras.pipeline.prefetch import Prefetcher, WorkerPools
+from remote_keras.pipeline.stats import HandoffLog
 
 
 class SchedulingMixin:
@@ -23,11 +24,17 @@ class SchedulingMixin:
     handoffs: HandoffLog
     _planner: EpochPlanner
     _prefetcher: Prefetcher
-    _stats: StatsRecorder
+    engine: ReadEngine
+    _pools: WorkerPools
+    _filepaths: Sequence[str]
 
-    if TYPE_CHECKING:  # defined by `StateMixin`
+    if TYPE_CHECKING:  # defined by `StateMixin`, `RemoteBatchCore` and the fronts
 
         def _current_epoch(self) -> int: ...
+
+        def _image_spec(self) -> batches.ImageSpec: ...
+
+        def batch_pixels(self) -> batches.Pixels: ...
 
     def _start(self, epoch: int, index: int) -> tuple[Future, bool]:
         return self._prefetcher.take((epoch, index), self._task_maker(epoch, index))
@@ -36,15 +43,9 @@ class SchedulingMixin:
         plan = self._planner.plan(epoch, index)
         if epoch == self._current_epoch():
             self.index_array = self._planner.order(epoch)
-        ref = weakref.ref(self)
-
-        def build() -> tuple[BatchPlan, np.ndarray]:
-            iterator = ref()
-            if iterator is None:
-                raise RuntimeError("The iterator was garbage-collected.")
-            return batches.load(iterator, plan)
-
-        return build
+        engine, pools, paths = self.engine, self._pools, self._filepaths
+        spec, pixels = self._image_spec(), self.batch_pixels()
+        return lambda: batches.load(engine, pools, paths, spec, pixels, plan, epoch)
 
     def _look_ahead(self, keys: list[tuple[int, int]]) -> None:
         with self.lock:
@@ -62,9 +63,9 @@ class SchedulingMixin:
         """
         if prefetched:
             self._look_ahead(ahead)
-        with self._stats.busy("wait_s"):
+        with self.engine.stats.busy("wait_s"):
             plan, batch_x = future.result()
-        self._stats.add(batches=1)
+        self.engine.stats.add(batches=1)
         if not prefetched:
             self._look_ahead(ahead)
         batch = self._assemble(plan, batch_x)

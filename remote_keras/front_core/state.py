@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 from remote_keras import errors
 from remote_keras.front_core import fit_order, resume
 from remote_keras.front_core.passes import EpochClock
+from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.epochs import EpochPlanner
 from remote_keras.pipeline.prefetch import Prefetcher
-from remote_keras.pipeline.skips import SkipLog
-from remote_keras.pipeline.stats import LoaderStats, StatsRecorder
-from remote_keras.storage.lakefs import LakeFSPin, Pinner
+from remote_keras.pipeline.stats import LoaderStats
+from remote_keras.storage.lakefs import LakeFSPin
 
 
 class StateMixin:
@@ -27,16 +27,13 @@ class StateMixin:
     shard: Any
     directory: Any
     _filenames: Sequence[str]
-    loader_choice: str
     index_array: Any
     batch_index: int
     _filepaths: Sequence[str]
     _clock: EpochClock
     _planner: EpochPlanner
     _prefetcher: Prefetcher
-    _pinner: Pinner
-    _stats: StatsRecorder
-    _skips: SkipLog
+    engine: ReadEngine
     _known_paths: dict[str, str]
     _path_prefix: str | None
     _stream_position: int
@@ -93,8 +90,9 @@ class StateMixin:
     @property
     def stats(self) -> LoaderStats:
         """Running statistics: images, bytes, requests, retries, cache hits, time waiting."""
+        engine = self.engine
         return dataclasses.replace(
-            self._stats.snapshot(), skipped=len(self.skipped), loader=self.loader_choice
+            engine.stats.snapshot(), skipped=len(self.skipped), loader=engine.loader_choice
         )
 
     @property
@@ -104,7 +102,7 @@ class StateMixin:
         Includes those skipped in Keras's worker processes (`use_multiprocessing=True`).
         Each sample is listed once per epoch, however often Keras read its batch.
         """
-        return self._skips.records(self._skips_listed_before())
+        return self.engine.skips.records(self._skips_listed_before())
 
     def _skips_listed_before(self) -> int | None:
         """The epoch whose skips and later ones `skipped` leaves out (`None`: none; a front's)."""
@@ -113,12 +111,12 @@ class StateMixin:
     @property
     def retries_made(self) -> int:
         """Retries of transient failures so far, in this process."""
-        return self._stats.snapshot().retries
+        return self.engine.stats.snapshot().retries
 
     @property
     def lakefs_pins(self) -> list[LakeFSPin]:
         """The lakeFS commits this iterator reads, one per `(repository, ref)` requested."""
-        return list(self._pinner.pins.values())
+        return list(self.engine.pinner.pins.values())
 
     def set_epoch(self, epoch: int) -> None:
         """Makes `iterator[i]` and `next()` return the batches of `epoch` (from 0).
@@ -247,13 +245,13 @@ class StateMixin:
         """Reads at `pins`' commits where this iterator pinned the same refs elsewhere."""
         moved = [
             pin for pin in pins
-            if (found := self._pinner.pins.get((pin.repository, pin.ref))) is not None
+            if (found := self.engine.pinner.pins.get((pin.repository, pin.ref))) is not None
             and found.commit_id != pin.commit_id
         ]  # fmt: skip
         if not moved:
             return
         for pin in moved:
-            self._pinner.repin(pin)
+            self.engine.pinner.repin(pin)
         with self.lock:
             self._clock.kept.clear()  # read at the other commit
             self._prefetcher.clear()
@@ -262,7 +260,7 @@ class StateMixin:
             self._planner.forget()  # the orders of the other commit's file list
 
     def _reread_at_pins(self) -> None:
-        """Recomputes the paths read after `_pinner` changed (subclasses may list again)."""
+        """Recomputes the paths read after the engine's pins changed (subclasses may list again)."""
         self._known_paths = {}
         self._path_prefix = None
         self._filepaths = self._read_paths()

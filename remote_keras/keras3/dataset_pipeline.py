@@ -32,14 +32,9 @@ import tensorflow as tf
 
 from remote_keras import errors
 from remote_keras.keras3 import dataset_resume
-from remote_keras.pipeline.fetching import Fetcher
+from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.options import LoaderOptions
 from remote_keras.pipeline.skips import SkipLog
-from remote_keras.pipeline.stats import StatsRecorder
-from remote_keras.storage import locations, presign
-from remote_keras.storage.cache import DiskCache
-from remote_keras.storage.lakefs import Pinner
-from remote_keras.storage.loaders import choose_loader, make_loader
 
 # A 1x1 grayscale PNG: the sentinel after an epoch's last sample (decodes to any channels).
 # It must decode: `ignore_errors` would drop it, and the failures after the last sample that
@@ -52,60 +47,24 @@ _FATE = "are left out of the stream (later samples fill the batch) and listed in
 _KEPT_EPOCHS = 8  # epochs whose account is kept (passes abandoned half-way are dropped)
 
 
-class RemoteFiles:
-    """Reads one dataset's files: loader, fetcher, cache, lakeFS pins and the record of skips.
-
-    Also what the package's listing reads (`options`, `filesystems`).
+class RemoteFiles(ReadEngine):
+    """One dataset's `ReadEngine`, with the folder the package's listing reads.
 
     Args:
-        directory: The folder as the user named it.
+        directory: The folder as the user named it (`loader="auto"` chooses by it).
         options: The package's options.
     """
 
     image_data_generator = None  # the listing shares nothing between subsets here
 
     def __init__(self, directory: str, options: LoaderOptions) -> None:
+        super().__init__(options, directory)
         self.directory = directory
-        self.options = options
-        self.filesystems = locations.FileSystems(options.storage_options)
-        self._pinner = Pinner(self.filesystems)
-        timeout_s = options.retry_policy.timeout_s
-        if options.loader == "auto":
-            self.loader, _ = choose_loader(
-                directory, options.storage_options, timeout_s, options.pre_sign
-            )
-        else:
-            self.loader = make_loader(
-                options.loader, options.storage_options, timeout_s, options.pre_sign
-            )
-        cache = options.cache_dir
-        self.cache = DiskCache(cache, options.cache_max_bytes) if cache is not None else None
-        self.stats = StatsRecorder()
-        self.fetcher = Fetcher(
-            self.loader, options.retry_policy, self.cache, self.stats, options.verify_checksums
-        )
-        self.skips = SkipLog()
-
-    def pin(self, url: str) -> str:
-        """`url` at its lakeFS commit (other URLs and paths unchanged)."""
-        return self._pinner.pin(url)
 
     @property
-    def lakefs_pins(self) -> list[Any]:
-        """The lakeFS commits the files are read at."""
-        return list(self._pinner.pins.values())
-
-    def expect(self, urls: Sequence[str]) -> None:
-        """Names the URLs that will be read (lakeFS: their addresses are listed ahead)."""
-        presign.expect(self.loader, list(urls))
-
-    def rest(self) -> None:
-        """Stops lakeFS's background listing between passes (the next read restarts it).
-
-        TensorFlow keeps a dataset's generator, so nothing else would end the
-        listing thread of a dataset no longer read.
-        """
-        presign.close(self.loader)
+    def engine(self) -> ReadEngine:
+        """Itself: what the listing reads through, as on the iterators."""
+        return self
 
 
 class EpochReader:
@@ -144,9 +103,7 @@ class EpochReader:
             while True:
                 for start in itertools.islice(starts, depth - len(pending)):
                     paths = [self.urls[i] for i in order[start : start + self.chunk]]
-                    pending.append(
-                        (start, chunks.submit(self.files.fetcher.fetch, paths, requests))
-                    )
+                    pending.append((start, chunks.submit(self.files.fetch, paths, requests)))
                 if not pending:
                     break
                 start, future = pending.popleft()

@@ -1,29 +1,32 @@
 """Building one batch: fetch its files, decode and augment them on threads, pair them with labels.
 
-The functions take the iterator (a Keras iterator, or a `reader.BatchReader`),
-whose attributes they read at each call, as Keras's own
-`_get_batches_of_transformed_samples` does: `filepaths`, `image_shape`,
-`dtype`, `data_format`, `color_mode`, `target_size`, `interpolation`,
-`keep_aspect_ratio`, `class_mode`, `classes`, `class_indices`, `labels`,
-`sample_weight`, `save_to_dir` (with `save_prefix`, `save_format`),
-`options`, `epoch` and the private `_fetcher`, `_pools`, `_stats`, `_skips`.
-What Keras adds (its `floatx`, the `ImageDataGenerator`'s transforms and
-`standardize`) comes from `it.batch_pixels()`, a `Pixels`: this module
-imports neither Keras nor TensorFlow.
+`load` gets typed values only: the `ReadEngine` that reads the files, the
+thread pools, what each image becomes (`ImageSpec`) and how its pixels become
+the batch's rows (`Pixels`: Keras's `floatx`, the `ImageDataGenerator`'s
+transforms and `standardize`, supplied by the front). `assemble` pairs the
+images with their labels, reading the front's label attributes (`class_mode`,
+`classes`, `class_indices`, `labels`, `sample_weight`, `save_to_dir`) on the
+consumer's thread, as Keras's own `_get_batches_of_transformed_samples` does.
+This module imports neither Keras nor TensorFlow.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from remote_keras.pipeline.decoding import array_to_img, decode_image, img_to_array
 from remote_keras.pipeline.epochs import BatchPlan
+from remote_keras.pipeline.stats import StatsRecorder
 from remote_keras.storage import saving
+
+if TYPE_CHECKING:
+    from remote_keras.pipeline.engine import ReadEngine
+    from remote_keras.pipeline.prefetch import WorkerPools
 
 Batch = Any  # `x`, `(x, y)` or `(x, y, sample_weight)`
 
@@ -51,32 +54,69 @@ class Pixels:
     identity: Mapping[str, Any] | None = None
 
 
-def load(it: Any, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
+@dataclasses.dataclass(frozen=True)
+class ImageSpec:
+    """What each file of a batch becomes; a front builds it from its settings per batch.
+
+    Attributes:
+        shape: One image's array shape (`image_shape`).
+        dtype: The batch's dtype.
+        data_format: `"channels_last"` or `"channels_first"`.
+        color_mode: `"grayscale"`, `"rgb"` or `"rgba"`.
+        target_size: `(height, width)` images are resized to.
+        interpolation: The resampling method's name.
+        keep_aspect_ratio: Crop to the target's aspect ratio before resizing.
+        jpeg_draft: Let JPEGs decode at a reduced size first (`LoaderOptions`).
+    """
+
+    shape: tuple[int, ...]
+    dtype: Any
+    data_format: str
+    color_mode: str
+    target_size: tuple[int, int]
+    interpolation: str
+    keep_aspect_ratio: bool
+    jpeg_draft: bool
+
+
+def load(
+    engine: ReadEngine,
+    pools: WorkerPools,
+    filepaths: Sequence[str],
+    spec: ImageSpec,
+    pixels: Pixels,
+    plan: BatchPlan,
+    epoch: int,
+) -> tuple[BatchPlan, np.ndarray]:
     """Fetches and decodes the samples of `plan` into one array.
 
     Args:
-        it: The iterator.
+        engine: Reads the files (and records skips and statistics).
+        pools: The `"fetch"` and `"decode"` threads.
+        filepaths: Every sample's path, by index.
+        spec: What each image becomes.
+        pixels: How decoded pixels become the batch's rows.
         plan: The batch's samples and transforms.
+        epoch: The epoch a skip is recorded in when `plan` has no origin.
 
     Returns:
         `(plan, batch_x)`; with `on_error="skip"`, unreadable samples are
         dropped from both.
     """
-    with it._stats.busy("load_s"):
-        filepaths = it._filepaths  # compact; `it.filepaths` is a copy for users
+    stats = engine.stats
+    with stats.busy("load_s"):
         paths = [filepaths[j] for j in plan.indices]
-        batch_x = np.empty((len(paths),) + it.image_shape, dtype=it.dtype)  # every row set below
+        batch_x = np.empty((len(paths),) + spec.shape, dtype=spec.dtype)  # every row set below
         if not paths:
             return plan, batch_x
-        decode_pool = it._pools.get("decode")
-        pixels = it.batch_pixels()
-        direct = _writes_direct(it, pixels)
+        decode_pool = pools.get("decode")
+        direct = _writes_direct(spec, pixels)
         futures = []
-        for i, data in enumerate(it._fetcher.fetch(paths, it._pools.get("fetch"))):
+        for i, data in enumerate(engine.fetch(paths, pools.get("fetch"))):
             transform = plan.transforms[i] if plan.transforms is not None else None
             futures.append(
                 decode_pool.submit(
-                    _sample, it, data, paths[i], transform, batch_x[i], pixels, direct
+                    _sample, spec, stats, data, paths[i], transform, batch_x[i], pixels, direct
                 )
             )
         kept = []
@@ -86,12 +126,12 @@ def load(it: Any, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
                     future.result()
                     kept.append(i)
                 except (OSError, ValueError) as exc:
-                    if it.options.on_error != "skip" or isinstance(exc, PermissionError):
+                    if engine.options.on_error != "skip" or isinstance(exc, PermissionError):
                         raise  # credentials are configuration, not a bad sample
-                    epoch, first = plan.origin or (it.epoch, None)  # a read again: same slot
+                    origin, first = plan.origin or (epoch, None)  # a read again: same slot
                     slot = None if first is None else first + i
                     reason = f"{type(exc).__name__}: {exc}"
-                    it._skips.add(paths[i], reason, epoch=epoch, slot=slot)
+                    engine.skips.add(paths[i], reason, epoch=origin, slot=slot)
         finally:
             for future in futures:
                 future.cancel()
@@ -100,7 +140,7 @@ def load(it: Any, plan: BatchPlan) -> tuple[BatchPlan, np.ndarray]:
     return plan.keep(kept), batch_x[kept]
 
 
-def _writes_direct(it: Any, pixels: Pixels) -> bool:
+def _writes_direct(spec: ImageSpec, pixels: Pixels) -> bool:
     """Whether a decoded image may go straight into the batch, with at most a rescale.
 
     True when the result is provably what the general path computes: channels
@@ -109,13 +149,14 @@ def _writes_direct(it: Any, pixels: Pixels) -> bool:
     """
     return (
         pixels.direct
-        and it.data_format == "channels_last"
-        and np.dtype(it.dtype) == np.dtype(pixels.floatx)
+        and spec.data_format == "channels_last"
+        and np.dtype(spec.dtype) == np.dtype(pixels.floatx)
     )
 
 
 def _sample(
-    it: Any,
+    spec: ImageSpec,
+    stats: StatsRecorder,
     data: Any,
     path: str,
     transform: Any,
@@ -136,11 +177,11 @@ def _sample(
         img = decode_image(
             data,
             path,
-            color_mode=it.color_mode,
-            target_size=it.target_size,
-            interpolation=it.interpolation,
-            keep_aspect_ratio=it.keep_aspect_ratio,
-            jpeg_draft=it.options.jpeg_draft,
+            color_mode=spec.color_mode,
+            target_size=spec.target_size,
+            interpolation=spec.interpolation,
+            keep_aspect_ratio=spec.keep_aspect_ratio,
+            jpeg_draft=spec.jpeg_draft,
         )
         identity = transform is None or transform == pixels.identity
         if direct and identity and img.mode in ("L", "RGB", "RGBA"):
@@ -153,16 +194,16 @@ def _sample(
             else:
                 np.copyto(out, values)
         else:
-            x = img_to_array(img, it.data_format, pixels.floatx)
+            x = img_to_array(img, spec.data_format, pixels.floatx)
             if pixels.augment is not None and transform is not None:
                 x = pixels.augment(x, transform)
             out[...] = x
         if hasattr(img, "close"):
             img.close()
     except BaseException:
-        it._stats.add(decode_s=time.perf_counter() - start)
+        stats.add(decode_s=time.perf_counter() - start)
         raise
-    it._stats.add(decode_s=time.perf_counter() - start, images=1)
+    stats.add(decode_s=time.perf_counter() - start, images=1)
 
 
 def assemble(it: Any, plan: BatchPlan, batch_x: np.ndarray) -> Batch:

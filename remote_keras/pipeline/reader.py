@@ -20,16 +20,12 @@ from typing_extensions import Unpack
 
 from remote_keras import errors
 from remote_keras.pipeline import batches, sharding
+from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.epochs import EpochPlanner
-from remote_keras.pipeline.fetching import Fetcher
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
 from remote_keras.pipeline.prefetch import Prefetcher, WorkerPools
-from remote_keras.pipeline.skips import SkipLog
-from remote_keras.pipeline.stats import LoaderStats, StatsRecorder
-from remote_keras.storage import locations, presign
+from remote_keras.pipeline.stats import LoaderStats
 from remote_keras.storage.cache import DiskCache
-from remote_keras.storage.lakefs import Pinner
-from remote_keras.storage.loaders import choose_loader, make_loader
 
 CLASS_MODES = ("sparse", "binary", "categorical", "raw", None)
 _CHANNELS = {"grayscale": 1, "rgb": 3, "rgba": 4}
@@ -120,27 +116,34 @@ class BatchReader:
         self.class_indices = {str(i): i for i in range(count)}
         self.shard = sharding.resolve(opts.num_shards, opts.shard_index, opts.shard_remainder)
         self._planner = EpochPlanner(self, self.shard)
-        self.filesystems = locations.FileSystems(opts.storage_options)
-        timeout_s = opts.retry_policy.timeout_s
-        if opts.loader == "auto":
-            first = paths[0] if len(paths) else ""
-            self.loader, _ = choose_loader(first, opts.storage_options, timeout_s, opts.pre_sign)
-        else:
-            self.loader = make_loader(opts.loader, opts.storage_options, timeout_s, opts.pre_sign)
-        cache = opts.cache_dir
-        self.cache = DiskCache(cache, opts.cache_max_bytes) if cache is not None else None
-        self._stats = StatsRecorder()
-        self._fetcher = Fetcher(self.loader, opts.retry_policy, self.cache, self._stats)
-        self._pinner = Pinner(self.filesystems)
-        self.filepaths = [self._pinner.pin(path) for path in paths]
-        self._filepaths = self.filepaths  # what `batches.load` reads, as on the iterators
-        presign.expect(self.loader, self.filepaths)
-        self._skips = SkipLog()
+        self.engine = ReadEngine(opts, paths[0] if len(paths) else "")
+        self.filepaths = [self.engine.pin(path) for path in paths]
+        self.engine.expect(self.filepaths)
+        self._spec = batches.ImageSpec(
+            self.image_shape,
+            dtype,
+            data_format,
+            color_mode,
+            (self.target_size[0], self.target_size[1]),
+            interpolation,
+            keep_aspect_ratio,
+            opts.jpeg_draft,
+        )
         threads = (opts.prefetch_batches + 2, opts.max_in_flight, opts.decode_workers)
         self._pools = WorkerPools(*threads)
         self._prefetcher = Prefetcher(self._pools, opts.prefetch_batches)
         self._lock = threading.Lock()
         self.epoch = 0
+
+    @property
+    def loader(self) -> Any:
+        """The loader reading the files."""
+        return self.engine.loader
+
+    @property
+    def cache(self) -> DiskCache | None:
+        """The disk cache of fetched bytes, or `None`."""
+        return self.engine.cache
 
     def batch_pixels(self) -> batches.Pixels:
         """No augmentation or standardization; images become arrays in `dtype`."""
@@ -180,37 +183,37 @@ class BatchReader:
             future, _ = self._prefetcher.take((epoch, index), self._task_maker(epoch, index))
             for later in ahead:
                 self._prefetcher.ahead((epoch, later), self._task_maker(epoch, later))
-        with self._stats.busy("wait_s"):
+        with self.engine.stats.busy("wait_s"):
             plan, batch_x = future.result()
-        self._stats.add(batches=1)
+        self.engine.stats.add(batches=1)
         return batches.assemble(self, plan, batch_x)
 
     def _task_maker(self, epoch: int, index: int) -> Any:
         def make() -> Any:
             plan = self._planner.plan(epoch, index)  # under the lock: `take` and `ahead` hold it
-            return lambda: batches.load(self, plan)
+            pixels, paths = self.batch_pixels(), self.filepaths
+            return lambda: batches.load(
+                self.engine, self._pools, paths, self._spec, pixels, plan, epoch
+            )
 
         return make
 
     @property
     def stats(self) -> LoaderStats:
         """Running statistics: images, bytes, requests, retries, cache hits, time waiting."""
-        return dataclasses.replace(self._stats.snapshot(), skipped=len(self.skipped))
+        return dataclasses.replace(self.engine.stats.snapshot(), skipped=len(self.skipped))
 
     @property
     def skipped(self) -> list[tuple[str, str]]:
         """`(url, reason)` of every sample dropped with `on_error="skip"`, oldest first."""
-        return self._skips.records()
+        return self.engine.skips.records()
 
     def close(self) -> None:
         """Stops the threads and closes the loader's connections; returns at once."""
         with self._lock:
             self._prefetcher.clear()
         self._pools.close()
-        presign.close(self.loader)
-        close = getattr(self.loader, "close", None)
-        if not callable(self.options.loader) and callable(close):
-            close()
+        self.engine.close()
 
     def __enter__(self) -> BatchReader:
         return self

@@ -42,7 +42,7 @@ def list_classes(
     splits are stock. A folder-marker object (`name/`, zero bytes, as the S3
     console, MinIO and lakeFS make) makes `name` a class even when empty, as
     an empty local folder does; an empty folder without one is invisible to
-    a listing. Reads `it.options`, `it.filesystems`, `it._pinner`,
+    a listing. Reads `it.options`, `it.filesystems`, `it.engine`,
     `it.image_data_generator` and `it.subset` (to share the listing between
     subsets) and `it.white_list_formats` (default `IMAGE_FORMATS`); sets
     `it._path_prefix`, which the paths read are the names joined to.
@@ -58,7 +58,7 @@ def list_classes(
         `directory` (packed: a sequence that compares equal to their list),
         their labels as `int32`, and the classes' indices.
     """
-    pinned = it._pinner.pin(directory)
+    pinned = it.engine.pin(directory)
     with progress_bar(f"Listing {errors.redact(directory)}", it.options.progress, "objects") as bar:
         entries = _tree(it, pinned, bar)
     by_class: dict[str, list[str]] = {}
@@ -309,7 +309,7 @@ def _existing(it: Any, paths: Sequence[str], bar: Any) -> list[bool]:
 def _listed(it: Any, paths: Sequence[str], bar: Any) -> list[bool]:
     """Which of `paths` exist, by listing their folders (`existence.existing`)."""
     if locations.is_url(str(it.directory)):
-        directory = it._pinner.pin(str(it.directory))
+        directory = it.engine.pin(str(it.directory))
         fs, root = it.filesystems.resolve(directory)
         with errors.reading(directory):
             there = fs.exists(root)
