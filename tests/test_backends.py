@@ -18,8 +18,11 @@ import subprocess
 import sys
 import textwrap
 
+import keras
 import numpy as np
 import pytest
+
+from remote_keras.front_core import fit_order
 
 FIT_SCRIPT = textwrap.dedent(
     """
@@ -247,8 +250,10 @@ def test_fit_predict_evaluate_from_s3(backend, image_dir, s3_images, s3_options)
             assert result["fit_gets"] == fit_images, where
         else:
             # Keras first builds the loss and metrics from one batch of `train` (and its
-            # look-ahead, up to 4 batches) and then starts the epoch over.
-            assert fit_images < result["fit_gets"] <= fit_images + 5 * 4, where
+            # look-ahead, up to 4 batches) and then starts the epoch over; Keras 3.16 reads
+            # it outside the pass, and the pass may take it from what the iterator kept.
+            fewest = fit_images if fit_order.seeds_epochs(keras.__version__) else fit_images + 1
+            assert fewest <= result["fit_gets"] <= fit_images + 5 * 4, where
         if variant["use_multiprocessing"]:
             # Worker processes did the reading; the parent's iterators decoded nothing.
             assert result["images"] == [0, 0], where

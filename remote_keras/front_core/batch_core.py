@@ -59,7 +59,20 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
     def _init_remote(self, options: LoaderOptions | None, overrides: LoaderOverrides) -> None:
         self.options = (options or LoaderOptions()).merged(overrides)
         opts = self.options
-        self.shard = sharding.resolve(opts.num_shards, opts.shard_index, opts.shard_remainder)
+        detecting = opts.num_shards is None and opts.shard_index is None
+        # Keras 3.16 may shard the batches itself: then every process holds all the files.
+        self.keras_batches = self._keras_batch_shard()
+        if self.keras_batches is not None and not detecting and opts.num_shards != 1:
+            raise ValueError(
+                f"Keras's distribution shards the batches of this iterator itself "
+                f"(auto_shard_dataset=True, shard {self.keras_batches[0]} of "
+                f"{self.keras_batches[1]}): pass no `num_shards`/`shard_index` (or set "
+                "`auto_shard_dataset=False` on the distribution to shard the files instead)."
+            )
+        if self.keras_batches is not None:
+            self.shard = sharding.Shard(remainder=opts.shard_remainder)
+        else:
+            self.shard = sharding.resolve(opts.num_shards, opts.shard_index, opts.shard_remainder)
         self._planner = EpochPlanner(self, self.shard)
         self.engine = ReadEngine(opts)  # "auto": the loader is chosen in _finish_init
         self._known_paths: dict[str, str] = {}  # filename -> path, filled by validation
@@ -77,12 +90,14 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
 
     def _finish_init(self) -> None:
         """Runs after Keras's `__init__`: URL-aware paths, shards and `PyDataset` knobs."""
-        if self.shard.count > 1 and self.shuffle and self.seed is None:
+        index, count = self.keras_batches or (self.shard.index, self.shard.count)
+        if count > 1 and self.shuffle and self.seed is None:
             self.seed = 0  # every worker must draw the same permutation
+            source = "Keras's batch sharding" if self.keras_batches else self.shard.source
             warnings.warn(
-                f"Reading shard {self.shard.index} of {self.shard.count} "
-                f"(from {self.shard.source}) with shuffle=True and no seed: using seed=0 so "
-                "that all workers shuffle alike. Pass `seed=` to choose another.",
+                f"Reading shard {index} of {count} (from {source}) with shuffle=True and no "
+                "seed: using seed=0 so that all workers shuffle alike. Pass `seed=` to "
+                "choose another.",
                 stacklevel=3,
             )
         self._filepaths = self._read_paths()
@@ -187,6 +202,7 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
                 self._end_epochs(clock.held_here())
             # Keras's index `idx` is batch `order[idx]` of the epoch: the same, except in an
             # epoch resumed mid-way, whose indices cover only the batches it has left.
+            clock.note_asked(idx)  # before the order: Keras 3.16's tells `fit(shuffle=...)`
             epoch, order = clock.epoch, clock.order(length)
             position = clock.position(idx, length)
             self.total_batches_seen += 1
@@ -198,16 +214,38 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         if kept is not None:
             self.handoffs.record(asked, time.perf_counter())
             return kept
-        in_order = previous is None or 0 < idx - previous <= max(2, self.workers)
-        # With `use_multiprocessing`, Keras's worker processes build the epoch's batches: one
-        # built ahead here, or in one of them, would mostly be read again by another.
-        in_order = in_order and not self.use_multiprocessing and os.getpid() == self._home_pid
-        ahead = order[idx + 1 : idx + 1 + self.options.prefetch_batches]
-        keys = [(epoch, i) for i in ahead] if in_order else []
+        keys = self._ahead(epoch, order, idx, previous, length)
+        with self.lock:  # a batch kept from before the pass is not read again
+            keys = [key for key in keys if key not in clock.kept]
         batch = self._result(future, prefetched, keys, asked)
         with self.lock:
             clock.keep((epoch, position), batch)  # read outside a pass: kept for the pass
         return batch
+
+    def _ahead(
+        self, epoch: int, order: Sequence[int], idx: int, previous: int | None, length: int
+    ) -> list[tuple[int, int]]:
+        """The batches to build ahead after index `idx`: those Keras asks for next.
+
+        In a pass of Keras 3.16, what its order rule says it asks for next
+        (once the pass told `fit(shuffle=...)`); otherwise the next indices
+        if the last two asked were in order.
+        """
+        # With `use_multiprocessing`, Keras's worker processes build the epoch's batches: one
+        # built ahead here, or in one of them, would mostly be read again by another.
+        if self.use_multiprocessing or os.getpid() != self._home_pid:
+            return []
+        depth = self.options.prefetch_batches
+        with self.lock:
+            in_pass = self._clock.in_pass
+        if in_pass and self._keras_seeds_epochs():
+            shard = self.keras_batches or (0, 1)
+            with self.lock:
+                upcoming = self._clock.upcoming(idx, self._clock.batches(length), shard)
+            return [] if upcoming is None else [(epoch, order[i]) for i in upcoming[:depth]]
+        if previous is not None and not 0 < idx - previous <= max(2, self.workers):
+            return []
+        return [(epoch, i) for i in order[idx + 1 : idx + 1 + depth]]
 
     def __next__(self):
         asked = time.perf_counter()
@@ -266,6 +304,14 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
     def _keras_on_tensorflow(self) -> bool:
         """Whether the Keras calling this iterator trains on TensorFlow (Keras 2 always does)."""
         return True
+
+    def _keras_seeds_epochs(self) -> bool:
+        """Whether this Keras draws `fit(shuffle=True)`'s orders per pass (3.16, `fit_order`)."""
+        return False
+
+    def _keras_batch_shard(self) -> tuple[int, int] | None:
+        """`(index, count)` where this Keras's `fit` asks each process for its batches only."""
+        return None
 
     def _end_pass(self) -> None:
         """Ends the epoch whatever the passes (for `to_tf_dataset`, which Keras never begins)."""

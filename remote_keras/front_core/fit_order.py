@@ -1,6 +1,23 @@
-"""The one place that knows `fit(shuffle=True)` draws each epoch's batch order from `random`.
+"""The one place that knows how `fit(shuffle=True)` draws each epoch's batch order.
 
-Keras's `PyDataset` adapter (and its worker queue) asks for an epoch's batch
+Two rules, by Keras release:
+
+- Keras 3.8 to 3.15 (and Keras 2's enqueuer): from Python's global `random`,
+  below (`FitOrder`, `fit_resumption`).
+- Keras 3.16 on (keras-team/keras commit ea6968a): `PyDatasetAdapter` counts its
+  own epochs from 0, one per `on_epoch_end()` (`py_dataset_adapter.py`, lines
+  215, 275 and 369 of 3.16.0.dev2026102704), and draws each pass's order from
+  `random.Random(its epoch)`, in `_finite_generator` and `OrderedEnqueuer._run`
+  (line 696). A new adapter is made by every `fit`, whose `epoch_iterator.reset()`
+  (TensorFlow trainer line 374, JAX 484, torch 395) calls `on_epoch_end()` once
+  before the first pass: training pass `p` of a `fit` (from 0) draws from
+  `Random(p + 1)`, whatever epoch `fit` starts at (`epoch_seeded_order`). A fit
+  resumed at epoch `k` therefore asks in other orders than the uninterrupted
+  run that started at epoch `o`; `EpochSeededReplay` maps each index it asks for
+  to the batch the uninterrupted run trained at that step, and `tell_shuffle`
+  tells `fit(shuffle=...)` from the indices asked.
+
+For Keras 3.8 to 3.15: Keras's `PyDataset` adapter (and its worker queue) asks for an epoch's batch
 indices in the order `random.shuffle(list(range(num_batches)))` leaves them,
 drawn from Python's global `random` when the pass starts
 (`keras/src/trainers/data_adapters/py_dataset_adapter.py`, `_finite_generator`
@@ -18,8 +35,11 @@ order cannot be replayed and `FitOrder` says so with a warning.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import random
 import warnings
+from collections.abc import Sequence
 
 from remote_keras.front_core.resume import Resumption
 
@@ -124,3 +144,128 @@ class FitOrder:
             if self.shuffle is not None:
                 self.states[e + 1] = state
         return state
+
+
+# ---------------------------------------------------------------------- Keras 3.16 and later
+
+
+def seeds_epochs(keras_version: str) -> bool:
+    """Whether this Keras draws each pass's batch order from `Random(epoch)` (3.16 on)."""
+    major, minor = (int(part) for part in keras_version.split(".")[:2])
+    return (major, minor) >= (3, 16)
+
+
+@functools.lru_cache(maxsize=16)
+def epoch_seeded_order(fit_pass: int, count: int) -> tuple[int, ...]:
+    """The indices Keras 3.16's `fit(shuffle=True)` asks for in pass `fit_pass` of a `fit`."""
+    order = list(range(count))
+    random.Random(fit_pass + 1).shuffle(order)  # noqa: S311 - replays Keras's draw
+    return tuple(order)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochSeededReplay:
+    """Keras 3.16's `fit(shuffle=True)`: what each index a later `fit` asks for reads.
+
+    Attributes:
+        origin: The epoch the uninterrupted run's `fit` started at (its pass 0).
+        start: The epoch this `fit` started at.
+        shuffle: `fit(shuffle=...)`; `None` until the first indices asked tell
+            (`tell_shuffle`; Keras's default, `True`, is assumed meanwhile).
+    """
+
+    origin: int
+    start: int
+    shuffle: bool | None = True
+
+    def positions(self, epoch: int, batches: int, done: int = 0) -> tuple[int, ...] | None:
+        """For each index asked in `epoch`, the position the uninterrupted run read at its step.
+
+        Args:
+            epoch: An epoch this `fit` trains.
+            batches: Batches per epoch.
+            done: Batches of `epoch` trained before this `fit` (it asks for the rest).
+
+        Returns:
+            The positions, one per index asked; `None` where they are the
+            indices themselves (this `fit` is the uninterrupted run).
+        """
+        if epoch < self.start or self.shuffle is False:
+            return None
+        if self.origin == self.start and not done:
+            return None
+        return _replayed(self.origin, self.start, epoch, batches, done)
+
+    def told(self, asked: Sequence[int], epoch: int, batches: int) -> EpochSeededReplay:
+        """Itself, with `shuffle` told from the indices `asked` in `epoch` if not known yet."""
+        if self.shuffle is not None or epoch < self.start:
+            return self
+        shuffle = tell_shuffle(asked, epoch - self.start, batches)
+        return self if shuffle is None else dataclasses.replace(self, shuffle=shuffle)
+
+
+@functools.lru_cache(maxsize=16)
+def _replayed(origin: int, start: int, epoch: int, batches: int, done: int) -> tuple[int, ...]:
+    """`EpochSeededReplay.positions`, computed once per epoch (it is asked at every batch)."""
+    rest = epoch_seeded_order(epoch - origin, batches)[done:]
+    asked = epoch_seeded_order(epoch - start, len(rest))
+    positions = [0] * len(rest)
+    for step, index in enumerate(asked):
+        positions[index] = rest[step]
+    return tuple(positions)
+
+
+@functools.lru_cache(maxsize=16)
+def keras_asks(
+    fit_pass: int, count: int, shuffle: bool, shard: tuple[int, int] = (0, 1)
+) -> tuple[int, ...]:
+    """The indices Keras 3.16 asks one process for in pass `fit_pass` of a `fit`, in order.
+
+    Args:
+        fit_pass: The pass of the `fit` (from 0).
+        count: The iterator's `num_batches`.
+        shuffle: `fit(shuffle=...)`.
+        shard: `(data_shard_id, num_data_shards)` when Keras's adapter shards
+            the batches (`py_dataset_adapter.py` line 277 and 698:
+            every `num_data_shards`-th index of the pass's order).
+    """
+    order = epoch_seeded_order(fit_pass, count) if shuffle else tuple(range(count))
+    return order[shard[0] :: shard[1]]
+
+
+@functools.lru_cache(maxsize=16)
+def step_of(
+    fit_pass: int, count: int, shuffle: bool, shard: tuple[int, int] = (0, 1)
+) -> dict[int, int]:
+    """The step of each index in `keras_asks(...)`."""
+    return {index: step for step, index in enumerate(keras_asks(fit_pass, count, shuffle, shard))}
+
+
+def tell_shuffle(
+    asked: Sequence[int], fit_pass: int, count: int, shard: tuple[int, int] = (0, 1)
+) -> bool | None:
+    """`fit(shuffle=...)` told from the first indices Keras 3.16 asked for in a pass.
+
+    Keras's worker threads may ask a little out of order: each candidate
+    order is scored, for every first `k` indices asked, by how far past its
+    own first `k` it had to reach; the lower total wins.
+
+    Args:
+        asked: The indices asked for so far in the pass, in arrival order.
+        fit_pass: The pass of the `fit` (from 0).
+        count: Batches the pass asks for.
+        shard: Keras's batch shard (see `keras_asks`).
+
+    Returns:
+        `True` or `False`; `None` while the indices fit both orders equally.
+    """
+    if not asked or count < 2:
+        return None
+    reach = []
+    for shuffle in (False, True):
+        steps_of = step_of(fit_pass, count, shuffle, shard)
+        steps = [steps_of.get(index, count) for index in asked]
+        reach.append(sum(max(steps[:k]) + 1 - k for k in range(1, len(steps) + 1)))
+    if reach[0] == reach[1]:
+        return None
+    return reach[1] < reach[0]

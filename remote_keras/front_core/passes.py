@@ -16,10 +16,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from remote_keras.front_core import resume
+from remote_keras.front_core import fit_order, resume
 
 # Batches read outside a pass that are kept for the pass (TensorFlow's spec inference reads 2).
 KEPT_BATCHES = 2
+# Indices asked for that a pass keeps, to tell `fit(shuffle=...)` on Keras 3.16 (`fit_order`).
+ASKED_KEPT = 8
 
 
 class EpochClock:
@@ -38,6 +40,11 @@ class EpochClock:
         self.held: tuple[int, int, int] | None = None  # (pid, thread, ends) not applied yet
         self.kept: dict[tuple[int, int], Any] = {}  # (epoch, position) -> batch
         self.resume: resume.Resumption | None = None
+        # Keras 3.16's `fit(shuffle=True)` resumed: `positions(epoch, batches)` of later epochs.
+        self.replay: Any = None
+        self.asked: list[int] = []  # the first indices asked for in this pass (`ASKED_KEPT`)
+        self.fit_pass = 0  # passes begun since Keras's reset began a `fit` (or `evaluate`)
+        self.told_shuffle: bool | None = None  # Keras 3.16's `fit(shuffle=...)`, this pass
         self.resume_counted = True  # whether `num_batches` counts only what `resume` has left
         # The Keras 2 front, which never sees a pass begin, keeps only an epoch's first reads.
         self.keep_limit = KEPT_BATCHES
@@ -47,10 +54,15 @@ class EpochClock:
 
     def begin(self) -> None:
         """`on_epoch_begin()`: a pass starts; an end held until now was Keras's reset."""
+        # Keras's `epoch_iterator.reset()` ends the epoch outside a pass once per `fit`: the
+        # pass after it is the `fit`'s first (Keras 3.16 draws its order from that count).
+        self.fit_pass = 0 if self.held is not None else self.fit_pass + 1
+        self.told_shuffle = None
         self.held = None
         self.in_pass = True
         self.handed = 0
         self.cut_short = False
+        self.asked = []
 
     def end(self, length: int) -> int:
         """`on_epoch_end()`: returns how many epochs end now (0 or 1).
@@ -121,9 +133,35 @@ class EpochClock:
     def order(self, length: int) -> Sequence[int]:
         """The position in the epoch's order of each index Keras may ask for."""
         pending = self.resume
-        if pending is None or pending.epoch != self.epoch:
-            return range(length)
-        return pending.positions
+        if pending is not None and pending.epoch == self.epoch:
+            return pending.positions
+        if self.replay is not None:
+            self.replay = self.replay.told(self.asked, self.epoch, length)
+            positions = self.replay.positions(self.epoch, length)
+            if positions is not None:
+                return positions
+        return range(length)
+
+    def upcoming(self, idx: int, count: int, shard: tuple[int, int]) -> Sequence[int] | None:
+        """Keras 3.16: the indices it will ask for after `idx` in this pass, once told.
+
+        `None` outside a pass, and while the indices asked so far do not tell
+        `fit(shuffle=...)` (`fit_order.tell_shuffle`).
+        """
+        if not self.in_pass:
+            return None
+        if self.told_shuffle is None:
+            self.told_shuffle = fit_order.tell_shuffle(self.asked, self.fit_pass, count, shard)
+            if self.told_shuffle is None:
+                return None
+        asks = fit_order.keras_asks(self.fit_pass, count, self.told_shuffle, shard)
+        step = fit_order.step_of(self.fit_pass, count, self.told_shuffle, shard).get(idx)
+        return None if step is None else asks[step + 1 :]
+
+    def note_asked(self, idx: int) -> None:
+        """Records an index asked for in a pass (the first `ASKED_KEPT` of each)."""
+        if self.in_pass and len(self.asked) < ASKED_KEPT:
+            self.asked.append(idx)
 
     def position(self, idx: int, length: int) -> int:
         """The epoch position index `idx` reads; raises `ValueError` past the end, as Keras.

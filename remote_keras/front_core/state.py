@@ -189,16 +189,41 @@ class StateMixin:
         """
         self._load_state(state, fit_random_state, counted=True)
 
-    def _load_state(self, state: dict[str, Any], fit_random_state: tuple | None, counted: bool):
-        """`load_state_dict`; `counted=False` leaves `num_batches` whole until `_count_resumed`."""
+    def _load_state(
+        self,
+        state: dict[str, Any],
+        fit_random_state: tuple | None,
+        counted: bool,
+        replay: fit_order.EpochSeededReplay | None = None,
+    ):
+        """`load_state_dict`; `counted=False` leaves `num_batches` whole until `_count_resumed`.
+
+        With `replay` (Keras 3.16's `fit(shuffle=True)`), the rest of the
+        epoch and every later one are read in the uninterrupted run's steps.
+        """
         epoch, done = int(state["epoch"]), int(state["batch"])
         shuffled = fit_random_state is not None
 
         def rest(length: int) -> resume.Resumption | None:
-            pending = fit_order.fit_resumption(epoch, done, length, shuffled, fit_random_state)
-            return pending if done else None
+            if not done:
+                return None
+            if replay is not None:
+                return resume.Resumption(epoch, replay.positions(epoch, length, done) or ())
+            return fit_order.fit_resumption(epoch, done, length, shuffled, fit_random_state)
 
         self._load_resumption(state, rest, counted)
+        self._replay_fit(replay)
+
+    def _replay_fit(self, replay: fit_order.EpochSeededReplay | None) -> None:
+        """Reads every epoch from now on in the steps `replay` maps Keras's indices to."""
+        with self.lock:
+            self._clock.replay = replay
+            self._prefetcher.clear()
+
+    def _asked_in_pass(self) -> list[int]:
+        """The first indices Keras asked for in the pass under way (see `EpochClock.asked`)."""
+        with self.lock:
+            return list(self._clock.asked)
 
     def _load_resumption(
         self,

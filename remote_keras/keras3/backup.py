@@ -16,10 +16,13 @@ import keras
 from remote_keras import errors
 from remote_keras.front_core import workers
 from remote_keras.front_core.fit_order import (
+    EpochSeededReplay,
     FitOrder,
     json_random_state,
     python_random_state,
+    seeds_epochs,
     shuffled,
+    tell_shuffle,
 )
 from remote_keras.front_core.resume import STATE_FORMAT, fingerprint
 from remote_keras.keras3 import backup_files, dataset_resume
@@ -39,6 +42,10 @@ _KERAS_INTERNALS = (
     "_last_batch_seen",
     "_save_model",
 )
+
+
+# Keras 3.16 draws each pass's batch order from `Random(pass)`, not from `random` (fit_order).
+_SEEDS_EPOCHS = seeds_epochs(keras.__version__)
 
 
 def _check_keras(callback: keras.callbacks.BackupAndRestore) -> None:
@@ -101,6 +108,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._iterators = {"train": train_iterator, "validation": validation_iterator}
         self._restored = {"train": False, "validation": False}
         self._order: FitOrder | None = None
+        self._fit_start = 0  # the epoch this `fit` started at
+        self._origin = 0  # the epoch the uninterrupted run's `fit` started at (Keras 3.16)
         self._epoch = 0  # the epoch in progress (Keras's numbering)
         self._at_epoch_end = False
         self._done = 0  # batches of the epoch in progress trained, this run and before
@@ -140,7 +149,9 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         if self._order is None:  # the first epoch of this `fit`
+            self._fit_start = epoch
             if self._saved is None:
+                self._origin = epoch
                 self._move_to(epoch)
             self._order = FitOrder(epoch, random.getstate())
         if self._set_random_at == epoch:  # after a resumed epoch, whose own draw differed
@@ -161,9 +172,18 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         if self._order is not None:
             train = self._iterators["train"]
             batches = train.num_batches if train is not None else 0
-            self._order.observe(self._epoch, batches, self._batches())
+            if not _SEEDS_EPOCHS:
+                self._order.observe(self._epoch, batches, self._batches())
+            elif self._order.shuffle is None and train is not None:
+                self._order.shuffle = self._told_shuffle(train, batches)
         self._done = batch + self._offset + 1
         super().on_train_batch_end(batch + self._offset, logs)
+
+    def _told_shuffle(self, train: Any, batches: int) -> bool | None:
+        """Keras 3.16's `fit(shuffle=...)`, from the indices it asked `train` for so far."""
+        if not train._in_pass():  # read through `to_tf_dataset()`: Keras orders nothing
+            return False
+        return tell_shuffle(train._asked_in_pass(), self._epoch - self._fit_start, batches)
 
     def on_test_begin(self, logs: dict | None = None) -> None:
         if self._in_epoch:  # `fit`'s validation pass
@@ -238,6 +258,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 state = shuffled(len(train), state)[1]
             random.setstate(state)
             train.set_epoch(epoch)
+            if _SEEDS_EPOCHS:  # `fit(shuffle=...)` told by the first indices Keras asks for
+                train._replay_fit(EpochSeededReplay(0, epoch, shuffle=None))
         if validation is not None and validation._current_epoch() != epoch:
             validation.set_epoch(epoch)
 
@@ -255,6 +277,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             "epoch": epoch,
             "batch": done,
             "fit_shuffle": self._order.shuffle is not False,
+            "order_origin": self._origin,
             "python_random": json_random_state(self._order.state(epoch, self._batches())),
             "train": None if train is None else train.state_dict(epoch=epoch, batch=done),
             "validation": validation_state,
@@ -294,8 +317,12 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             return
         epoch, done = saved["epoch"], saved["batch"]
         state = python_random_state(saved["python_random"]) if saved["fit_shuffle"] else None
+        self._origin = saved.get("order_origin", 0)
+        replay = None
+        if _SEEDS_EPOCHS and saved["fit_shuffle"]:
+            replay = EpochSeededReplay(self._origin, epoch)
         # Keras counts a whole epoch's steps before `on_train_begin`, which counts the rest.
-        iterator._load_state(saved["train"], state, counted=False)
+        iterator._load_state(saved["train"], state, counted=False, replay=replay)
         self._epoch, self._offset, self._done = epoch, done, done
         self._last_batch_seen = done - 1 if done else 0  # Keras counts batches from here
         self._set_random_at = epoch + 1 if done and saved["fit_shuffle"] else None

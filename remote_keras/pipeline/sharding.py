@@ -181,6 +181,26 @@ def _from_keras_distribution() -> tuple[int, int] | None:
     )
 
 
+def keras_batch_shard() -> tuple[int, int] | None:
+    """`(data_shard_id, num_data_shards)` where Keras's `fit` shards a `PyDataset` itself.
+
+    From Keras 3.16, a distribution with `auto_shard_dataset=True` (the default of
+    `DataParallel`) makes Keras's `PyDataset` adapter ask each process for every
+    `num_data_shards`-th batch only (`py_dataset_adapter.py` lines 220-222, 277 and
+    698 of 3.16.0.dev2026102704). Callers check the Keras version.
+    """
+    distribution = getattr(sys.modules.get("keras"), "distribution", None)
+    current = distribution.distribution() if distribution is not None else None
+    if current is None or not getattr(current, "auto_shard_dataset", False):
+        return None
+    try:
+        count = int(current.num_data_shards)
+        index = int(current.data_shard_id)
+    except NotImplementedError:
+        return None
+    return (index, count) if count > 1 else None
+
+
 # Where `detect` looks, in order.
 SOURCES = (
     ("tf.distribute", _from_tf_strategy),

@@ -1,0 +1,98 @@
+"""How `fit(shuffle=...)` orders a `PyDataset`'s batches, per Keras release, and its replay.
+
+The rule tests run `fit` on the installed Keras (3.15 in the main suite, 3.16 in the
+nightly environment, `make test-nightly`), so a Keras that changes its draw fails here first.
+"""
+
+from __future__ import annotations
+
+import random
+
+import keras
+import numpy as np
+import pytest
+
+from remote_keras.front_core.fit_order import (
+    EpochSeededReplay,
+    epoch_seeded_order,
+    seeds_epochs,
+    shuffled,
+    tell_shuffle,
+)
+
+BATCHES = 7
+
+
+class _Asked(keras.utils.PyDataset):
+    """Records the indices each pass asks for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.passes: list[list[int]] = []
+
+    def __len__(self) -> int:
+        return BATCHES
+
+    def __getitem__(self, idx: int):
+        if self.passes:
+            self.passes[-1].append(idx)
+        return np.full((2, 3), idx, "float32"), np.zeros((2, 1), "float32")
+
+    def on_epoch_begin(self) -> None:
+        self.passes.append([])
+
+
+def _fit(shuffle: bool, initial_epoch: int = 0) -> list[list[int]]:
+    data = _Asked()
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    random.seed(5)
+    model.fit(data, epochs=initial_epoch + 3, initial_epoch=initial_epoch, shuffle=shuffle,
+              verbose=0)  # fmt: skip
+    return data.passes
+
+
+@pytest.mark.parametrize("initial_epoch", [0, 2])
+def test_the_installed_keras_orders_passes_by_the_rule_this_package_replays(initial_epoch):
+    passes = _fit(shuffle=True, initial_epoch=initial_epoch)
+    if seeds_epochs(keras.__version__):  # Keras 3.16: pass p of any fit from Random(p + 1)
+        expected = [list(epoch_seeded_order(p, BATCHES)) for p in range(3)]
+    else:  # Keras 3.8 to 3.15: one draw per pass from the global `random`
+        state = random.Random(5).getstate()
+        expected = []
+        for _ in range(3):
+            order, state = shuffled(BATCHES, state)
+            expected.append(order)
+    assert passes == expected
+    assert _fit(shuffle=False) == [list(range(BATCHES))] * 3
+
+
+def test_seeds_epochs_from_keras_3_16():
+    assert not seeds_epochs("3.15.1")
+    assert seeds_epochs("3.16.0.dev2026102704") and seeds_epochs("3.16.0") and seeds_epochs("4.0")
+
+
+def test_a_replay_asks_each_step_for_the_uninterrupted_runs_batch():
+    # The uninterrupted run started at epoch 0; the resumed one starts at epoch 2, 3 batches
+    # of it done. At each step the resumed fit asks for an index; it must read the batch the
+    # uninterrupted run read at the same step.
+    replay = EpochSeededReplay(origin=0, start=2)
+    for epoch, done in ((2, 3), (3, 0), (4, 0)):
+        uninterrupted = epoch_seeded_order(epoch - 0, BATCHES)[done:]
+        asked = epoch_seeded_order(epoch - 2, BATCHES - done)
+        positions = replay.positions(epoch, BATCHES, done)
+        assert positions is not None
+        assert [positions[i] for i in asked] == list(uninterrupted)
+    assert replay.positions(1, BATCHES) is None  # before this fit
+    assert EpochSeededReplay(0, 0).positions(3, BATCHES) is None  # the uninterrupted run
+    assert EpochSeededReplay(0, 2, shuffle=False).positions(2, BATCHES) is None
+
+
+def test_shuffle_is_told_from_the_first_indices_asked_even_a_little_out_of_order():
+    shuffled_pass = list(epoch_seeded_order(1, BATCHES))
+    assert tell_shuffle(shuffled_pass[:2], 1, BATCHES) is True
+    assert tell_shuffle([0, 1, 2, 3, 4, 6, 5], 1, BATCHES) is False  # two worker threads
+    assert tell_shuffle(shuffled_pass[1::-1] + shuffled_pass[2:], 1, BATCHES) is True
+    assert tell_shuffle([], 1, BATCHES) is None
+    told = EpochSeededReplay(0, 2, shuffle=None).told([0, 1], 2, BATCHES)
+    assert told.shuffle is False and told.positions(2, BATCHES) is None
