@@ -12,6 +12,9 @@
 #                      .venv-keras2 (.ci/constraints-keras2.txt; created on first use, in the
 #                      background while `make test` runs the main suite), and on tf_keras with
 #                      TF_USE_LEGACY_KERAS=1 in .venv
+#   make test-nightly - the tests of what depends on Keras's call order (resume, reads per
+#                      epoch, sharding) on the dated keras-nightly build .ci/keras-nightly.txt
+#                      names, in .venv-nightly (created on first use)
 #   make docs        - the documentation site (API reference from the docstrings) into site/
 #   make bench       - the full benchmark (about 10 minutes; see bench/run.py)
 #   make bench-scale - start-up, requests and memory at 100k and 300k objects (bench/scale.py;
@@ -32,6 +35,13 @@ OLDEST_TESTS := tests/test_api.py tests/test_parity.py tests/test_concurrency.py
 	tests/test_sharding_versions.py tests/test_resume.py tests/test_image_dataset.py \
 	tests/test_image_dataset_resume.py
 
+# On Keras's next release (the keras-nightly build .ci/keras-nightly.txt names): the tests of
+# what depends on Keras's call order: the batch order rule, resume at every step and epoch
+# boundary, reads per epoch and look-ahead, sharding (two JAX processes), dataset resume.
+NIGHTLY_TESTS := tests/test_fit_order.py tests/test_resume.py tests/test_fit_reads.py \
+	tests/test_sharding.py tests/test_image_dataset_resume.py tests/test_concurrency.py \
+	tests/test_passes.py
+
 # The Keras 2 selection: parity, fit reads, faults, lakeFS, sharding, input stall and resume,
 # all on TensorFlow 2.15; on tf_keras (TF_USE_LEGACY_KERAS=1) a shorter one, for CI's time:
 # parity, fit reading once per epoch, the enqueuer's epoch ends, a corrupt and a truncated
@@ -45,7 +55,7 @@ KERAS2_LEGACY_TESTS := tests/keras2/test_parity.py \
 	tests/keras2/test_lakefs.py::test_presigned_pinned_reads_equal_stock_and_go_to_the_store \
 	tests/keras2/test_resume.py
 
-.PHONY: install demo test test-fast test-oldest test-keras2 lint docs bench bench-scale clean \
+.PHONY: install demo test test-fast test-oldest test-keras2 test-nightly lint docs bench bench-scale clean \
 	azurite
 
 $(STAMP): pyproject.toml
@@ -92,15 +102,20 @@ bench-scale: $(STAMP)
 test: lint azurite
 	@PYTHON=$(PYTHON) bash .ci/test-oldest --prepare > .venv-oldest.prepare.log 2>&1 &
 	@PYTHON=$(PYTHON) bash .ci/test-keras2 --prepare > .venv-keras2.prepare.log 2>&1 &
+	@PYTHON=$(PYTHON) bash .ci/test-nightly --prepare > .venv-nightly.prepare.log 2>&1 &
 	$(BIN)/python -m pytest $(XDIST)
 	$(MAKE) --no-print-directory test-oldest
 	$(MAKE) --no-print-directory test-keras2
+	$(MAKE) --no-print-directory test-nightly
 
 test-fast: lint
 	$(BIN)/python -m pytest $(XDIST) -m "not slow and not network"
 
 test-oldest:
 	PYTHON=$(PYTHON) bash .ci/test-oldest $(XDIST) $(OLDEST_TESTS)
+
+test-nightly:
+	PYTHON=$(PYTHON) bash .ci/test-nightly $(XDIST) $(NIGHTLY_TESTS)
 
 test-keras2: $(STAMP)
 	PYTHON=$(PYTHON) KERAS2_LEGACY_ARGS="$(KERAS2_LEGACY_TESTS)" bash .ci/test-keras2 $(KERAS2_TESTS)
