@@ -17,6 +17,7 @@ import numpy as np
 
 from remote_keras import errors
 from remote_keras.front_core import resume
+from remote_keras.front_core.files import FilesMixin
 from remote_keras.front_core.lifecycle import LifecycleMixin
 from remote_keras.front_core.passes import EpochClock
 from remote_keras.front_core.scheduling import SchedulingMixin
@@ -27,12 +28,9 @@ from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.epochs import EpochPlanner
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
 from remote_keras.pipeline.stats import HandoffLog
-from remote_keras.storage import compact, locations
-from remote_keras.storage.cache import DiskCache
-from remote_keras.storage.compact import PrefixedPaths
 
 
-class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
+class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
     """Batch loading through a loader and thread pools, for file-based iterators.
 
     Mixed into `DataFrameIterator` and `DirectoryIterator` ahead of Keras's
@@ -48,13 +46,6 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
     _filenames: Sequence[str]
     seed: int | None
     _filepaths: Sequence[str]
-    image_shape: tuple[int, ...]
-    dtype: Any
-    data_format: str
-    color_mode: str
-    target_size: tuple[int, int]
-    interpolation: str
-    keep_aspect_ratio: bool
 
     def _init_remote(self, options: LoaderOptions | None, overrides: LoaderOverrides) -> None:
         self.options = (options or LoaderOptions()).merged(overrides)
@@ -109,70 +100,6 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         self.use_multiprocessing = self.options.use_multiprocessing
         self.max_queue_size = self.options.max_queue_size
 
-    @property
-    def loader(self) -> Any:
-        """The loader reading the files (`loader_choice` says which and why)."""
-        return self.engine.loader
-
-    @property
-    def loader_choice(self) -> str:
-        """Which loader reads the files and why (`"given"` for a callable of one's own)."""
-        return self.engine.loader_choice
-
-    @property
-    def cache(self) -> DiskCache | None:
-        """The disk cache of fetched bytes, or `None`."""
-        return self.engine.cache
-
-    @property
-    def filesystems(self) -> locations.FileSystems:
-        """The fsspec filesystems listings and writes go through."""
-        return self.engine.filesystems
-
-    @property
-    def filenames(self) -> list[str]:
-        """Every file's name relative to `directory`, as Keras's attribute (a list).
-
-        A listed folder's names are held packed (`compact.PackedNames`); this
-        list is made at the first access and kept.
-        """
-        names = self._filenames
-        if not isinstance(names, list):
-            names = self._filenames = list(names)
-        return names
-
-    @filenames.setter
-    def filenames(self, names: Sequence[str]) -> None:
-        self._filenames = names
-
-    @property
-    def filepaths(self) -> list[str]:
-        """Every file's full path or URL, as Keras's attribute: a new list on each access.
-
-        The iterator holds them compactly (a shared prefix and `filenames`).
-        """
-        return list(self._filepaths)
-
-    def _read_paths(self) -> Sequence[str]:
-        """The paths read, by index: a shared prefix and `filenames` when they are that."""
-        prefix = self._path_prefix
-        if prefix is not None:
-            paths: Sequence[str] = PrefixedPaths(prefix, self._filenames)
-        else:
-            paths = [self._path_of(name) for name in self._filenames]
-            prefix = compact.common_prefix(paths, self._filenames)
-            if prefix is not None:
-                paths = PrefixedPaths(prefix, self._filenames)
-        self._known_paths = {}
-        return paths
-
-    def _path_of(self, filename: str) -> str:
-        """The path or URL read for `filename`; lakeFS refs pinned to their commit."""
-        path = self._known_paths.get(filename)
-        if path is None:
-            path = self.engine.pin(locations.join(self.directory, filename))
-        return path
-
     def to_tf_dataset(self) -> Any:
         """Returns the batches of one epoch per pass, as a `tf.data.Dataset`.
 
@@ -221,31 +148,6 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
         with self.lock:
             clock.keep((epoch, position), batch)  # read outside a pass: kept for the pass
         return batch
-
-    def _ahead(
-        self, epoch: int, order: Sequence[int], idx: int, previous: int | None, length: int
-    ) -> list[tuple[int, int]]:
-        """The batches to build ahead after index `idx`: those Keras asks for next.
-
-        In a pass of Keras 3.16, what its order rule says it asks for next
-        (once the pass told `fit(shuffle=...)`); otherwise the next indices
-        if the last two asked were in order.
-        """
-        # With `use_multiprocessing`, Keras's worker processes build the epoch's batches: one
-        # built ahead here, or in one of them, would mostly be read again by another.
-        if self.use_multiprocessing or os.getpid() != self._home_pid:
-            return []
-        depth = self.options.prefetch_batches
-        with self.lock:
-            in_pass = self._clock.in_pass
-        if in_pass and self._keras_seeds_epochs():
-            shard = self.keras_batches or (0, 1)
-            with self.lock:
-                upcoming = self._clock.upcoming(idx, self._clock.batches(length), shard)
-            return [] if upcoming is None else [(epoch, order[i]) for i in upcoming[:depth]]
-        if previous is not None and not 0 < idx - previous <= max(2, self.workers):
-            return []
-        return [(epoch, i) for i in order[idx + 1 : idx + 1 + depth]]
 
     def __next__(self):
         asked = time.perf_counter()
@@ -346,16 +248,3 @@ class RemoteBatchCore(StateMixin, SchedulingMixin, LifecycleMixin):
             self._current_epoch(),
         )
         return self._assemble(*load)
-
-    def _image_spec(self) -> batches.ImageSpec:
-        """What each file becomes, from the iterator's settings now (Keras lets users set them)."""
-        return batches.ImageSpec(
-            tuple(self.image_shape),
-            self.dtype,
-            self.data_format,
-            self.color_mode,
-            (self.target_size[0], self.target_size[1]),
-            self.interpolation,
-            self.keep_aspect_ratio,
-            self.options.jpeg_draft,
-        )

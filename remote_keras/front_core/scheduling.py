@@ -1,7 +1,8 @@
-"""Building batches on the iterator's pools, and building the next ones ahead of time."""
+"""Building batches on the iterator's pools, and the ones Keras asks for next ahead of time."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -9,9 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from remote_keras.front_core import fit_order
+from remote_keras.front_core.passes import EpochClock
 from remote_keras.pipeline import batches
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.epochs import BatchPlan, EpochPlanner
+from remote_keras.pipeline.options import LoaderOptions
 from remote_keras.pipeline.prefetch import Prefetcher, WorkerPools
 from remote_keras.pipeline.stats import HandoffLog
 
@@ -27,14 +31,28 @@ class SchedulingMixin:
     engine: ReadEngine
     _pools: WorkerPools
     _filepaths: Sequence[str]
+    _clock: EpochClock
+    _home_pid: int
+    options: LoaderOptions
+    keras_batches: tuple[int, int] | None
+    workers: int
+    use_multiprocessing: bool
+    # Keras's settings of each image, read per batch (Keras lets users set them).
+    image_shape: tuple[int, ...]
+    dtype: Any
+    data_format: str
+    color_mode: str
+    target_size: tuple[int, int]
+    interpolation: str
+    keep_aspect_ratio: bool
 
     if TYPE_CHECKING:  # defined by `StateMixin`, `RemoteBatchCore` and the fronts
 
         def _current_epoch(self) -> int: ...
 
-        def _image_spec(self) -> batches.ImageSpec: ...
-
         def batch_pixels(self) -> batches.Pixels: ...
+
+        def _keras_seeds_epochs(self) -> bool: ...
 
     def _start(self, epoch: int, index: int) -> tuple[Future, bool]:
         return self._prefetcher.take((epoch, index), self._task_maker(epoch, index))
@@ -74,3 +92,52 @@ class SchedulingMixin:
 
     def _assemble(self, plan: BatchPlan, batch_x: np.ndarray) -> batches.Batch:
         return batches.assemble(self, plan, batch_x)
+
+    def _ahead(
+        self, epoch: int, order: Sequence[int], idx: int, previous: int | None, length: int
+    ) -> list[tuple[int, int]]:
+        """The batches to build ahead after index `idx`: those Keras asks for next.
+
+        In a pass of Keras 3.16, what its order rule says it asks for next
+        (once the pass told `fit(shuffle=...)`); otherwise the next indices
+        if the last two asked were in order.
+        """
+        # With `use_multiprocessing`, Keras's worker processes build the epoch's batches: one
+        # built ahead here, or in one of them, would mostly be read again by another.
+        if self.use_multiprocessing or os.getpid() != self._home_pid:
+            return []
+        depth = self.options.prefetch_batches
+        with self.lock:
+            in_pass = self._clock.in_pass
+        if in_pass and self._keras_seeds_epochs():
+            shard = self.keras_batches or (0, 1)
+            with self.lock:
+                upcoming = self._clock.upcoming(idx, self._clock.batches(length), shard)
+            return [] if upcoming is None else [(epoch, order[i]) for i in upcoming[:depth]]
+        if previous is not None and not 0 < idx - previous <= max(2, self.workers):
+            return []
+        return [(epoch, i) for i in order[idx + 1 : idx + 1 + depth]]
+
+    def _image_spec(self) -> batches.ImageSpec:
+        """What each file becomes, from the iterator's settings now (Keras lets users set them)."""
+        return batches.ImageSpec(
+            tuple(self.image_shape),
+            self.dtype,
+            self.data_format,
+            self.color_mode,
+            (self.target_size[0], self.target_size[1]),
+            self.interpolation,
+            self.keep_aspect_ratio,
+            self.options.jpeg_draft,
+        )
+
+    def _replay_fit(self, replay: fit_order.EpochSeededReplay | None) -> None:
+        """Reads every epoch from now on in the steps `replay` maps Keras's indices to."""
+        with self.lock:
+            self._clock.replay = replay
+            self._prefetcher.clear()
+
+    def _asked_in_pass(self) -> list[int]:
+        """The first indices Keras asked for in the pass under way (see `EpochClock.asked`)."""
+        with self.lock:
+            return list(self._clock.asked)

@@ -51,6 +51,10 @@ class StateMixin:
 
         def _ensure_process(self) -> None: ...
 
+        def _replay_fit(self, replay: fit_order.EpochSeededReplay | None) -> None: ...
+
+        def _repin(self, pins: list[LakeFSPin]) -> None: ...
+
         def _path_of(self, filename: str) -> str: ...
 
         def _read_paths(self) -> Sequence[str]: ...
@@ -214,17 +218,6 @@ class StateMixin:
         self._load_resumption(state, rest, counted)
         self._replay_fit(replay)
 
-    def _replay_fit(self, replay: fit_order.EpochSeededReplay | None) -> None:
-        """Reads every epoch from now on in the steps `replay` maps Keras's indices to."""
-        with self.lock:
-            self._clock.replay = replay
-            self._prefetcher.clear()
-
-    def _asked_in_pass(self) -> list[int]:
-        """The first indices Keras asked for in the pass under way (see `EpochClock.asked`)."""
-        with self.lock:
-            return list(self._clock.asked)
-
     def _load_resumption(
         self,
         state: dict[str, Any],
@@ -265,27 +258,3 @@ class StateMixin:
             self._stream_position = epoch * max(self._length(), 1) + done
             self.batch_index = done
             self.index_array = self._planner.order(epoch)
-
-    def _repin(self, pins: list[LakeFSPin]) -> None:
-        """Reads at `pins`' commits where this iterator pinned the same refs elsewhere."""
-        moved = [
-            pin for pin in pins
-            if (found := self.engine.pinner.pins.get((pin.repository, pin.ref))) is not None
-            and found.commit_id != pin.commit_id
-        ]  # fmt: skip
-        if not moved:
-            return
-        for pin in moved:
-            self.engine.pinner.repin(pin)
-        with self.lock:
-            self._clock.kept.clear()  # read at the other commit
-            self._prefetcher.clear()
-        self._reread_at_pins()
-        with self.lock:
-            self._planner.forget()  # the orders of the other commit's file list
-
-    def _reread_at_pins(self) -> None:
-        """Recomputes the paths read after the engine's pins changed (subclasses may list again)."""
-        self._known_paths = {}
-        self._path_prefix = None
-        self._filepaths = self._read_paths()

@@ -152,7 +152,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             self._fit_start = epoch
             if self._saved is None:
                 self._origin = epoch
-                self._move_to(epoch)
+                _move_to(self._iterators, epoch)
             self._order = FitOrder(epoch, random.getstate())
         if self._set_random_at == epoch:  # after a resumed epoch, whose own draw differed
             random.setstate(self._order.state(epoch, self._batches()))
@@ -175,15 +175,10 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             if not _SEEDS_EPOCHS:
                 self._order.observe(self._epoch, batches, self._batches())
             elif self._order.shuffle is None and train is not None:
-                self._order.shuffle = self._told_shuffle(train, batches)
+                fit_pass = self._epoch - self._fit_start
+                self._order.shuffle = _told_shuffle(train, fit_pass, batches)
         self._done = batch + self._offset + 1
         super().on_train_batch_end(batch + self._offset, logs)
-
-    def _told_shuffle(self, train: Any, batches: int) -> bool | None:
-        """Keras 3.16's `fit(shuffle=...)`, from the indices it asked `train` for so far."""
-        if not train._in_pass():  # read through `to_tf_dataset()`: Keras orders nothing
-            return False
-        return tell_shuffle(train._asked_in_pass(), self._epoch - self._fit_start, batches)
 
     def on_test_begin(self, logs: dict | None = None) -> None:
         if self._in_epoch:  # `fit`'s validation pass
@@ -246,22 +241,6 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     def _batches(self) -> int:
         train = self._iterators["train"]
         return len(train) if train is not None else 0
-
-    def _move_to(self, epoch: int) -> None:
-        """Without a backup: the iterators read epoch `epoch` (`fit(initial_epoch=...)`)."""
-        train, validation = self._iterators["train"], self._iterators["validation"]
-        if train is not None and train._current_epoch() != epoch:
-            # Epoch `epoch`'s samples, and the batch order a run started at epoch 0 from the
-            # same seed drew for it (assuming `fit(shuffle=True)`, Keras's default).
-            state = random.getstate()
-            for _ in range(train._current_epoch(), epoch):
-                state = shuffled(len(train), state)[1]
-            random.setstate(state)
-            train.set_epoch(epoch)
-            if _SEEDS_EPOCHS:  # `fit(shuffle=...)` told by the first indices Keras asks for
-                train._replay_fit(EpochSeededReplay(0, epoch, shuffle=None))
-        if validation is not None and validation._current_epoch() != epoch:
-            validation.set_epoch(epoch)
 
     def _data_state(self, epoch: int, done: int, validated: bool) -> dict[str, Any]:
         train, validation = self._iterators["train"], self._iterators["validation"]
@@ -326,6 +305,30 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._epoch, self._offset, self._done = epoch, done, done
         self._last_batch_seen = done - 1 if done else 0  # Keras counts batches from here
         self._set_random_at = epoch + 1 if done and saved["fit_shuffle"] else None
+
+
+def _move_to(iterators: dict[str, Any], epoch: int) -> None:
+    """Without a backup: the iterators read epoch `epoch` (`fit(initial_epoch=...)`)."""
+    train, validation = iterators["train"], iterators["validation"]
+    if train is not None and train._current_epoch() != epoch:
+        # Epoch `epoch`'s samples, and the batch order a run started at epoch 0 from the
+        # same seed drew for it (assuming `fit(shuffle=True)`, Keras's default).
+        state = random.getstate()
+        for _ in range(train._current_epoch(), epoch):
+            state = shuffled(len(train), state)[1]
+        random.setstate(state)
+        train.set_epoch(epoch)
+        if _SEEDS_EPOCHS:  # `fit(shuffle=...)` told by the first indices Keras asks for
+            train._replay_fit(EpochSeededReplay(0, epoch, shuffle=None))
+    if validation is not None and validation._current_epoch() != epoch:
+        validation.set_epoch(epoch)
+
+
+def _told_shuffle(train: Any, fit_pass: int, batches: int) -> bool | None:
+    """Keras 3.16's `fit(shuffle=...)`, from the indices it asked `train` for so far."""
+    if not train._in_pass():  # read through `to_tf_dataset()`: Keras orders nothing
+        return False
+    return tell_shuffle(train._asked_in_pass(), fit_pass, batches)
 
 
 def _datasets_state(passes: dict[str, Any], mid_epoch: bool) -> list[dict[str, Any]]:
