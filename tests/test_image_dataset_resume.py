@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -125,3 +126,26 @@ def test_a_dataset_read_through_a_derived_one_warns_on_restore(image_dir, tmp_pa
     fit((1, 1))
     with pytest.warns(UserWarning, match="derived from it"):
         fit()
+
+
+@pytest.mark.parametrize("derive", [False, True], ids=["itself", "cache-prefetch"])
+def test_reading_through_a_derived_dataset_is_said_when_fit_starts(image_dir, tmp_path, derive):
+    # The tutorial's `.cache().prefetch(...)`: said at the first step, not only on restore,
+    # when the resume guarantee is already lost.
+    local, _ = image_dir
+    train = rk.image_dataset_from_directory(local, **ARGS)
+    model = Recorder()
+    model.compile(keras.optimizers.Adam(1e-3), "mse", run_eagerly=True)
+    data = train.cache().prefetch(2) if derive else train
+    steps: list[int] = []
+    callbacks = [
+        rk.BackupAndRestore(str(tmp_path / "backup")),
+        keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: steps.append(batch)),
+    ]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(data, epochs=1, verbose=0, callbacks=callbacks)
+    derived = [w for w in caught if "through a dataset derived from it" in str(w.message)]
+    assert len(derived) == (1 if derive else 0), [str(w.message) for w in caught]
+    if derive:
+        assert local in str(derived[0].message) and steps  # once, at the first step

@@ -177,6 +177,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             elif self._order.shuffle is None and train is not None:
                 fit_pass = self._epoch - self._fit_start
                 self._order.shuffle = _told_shuffle(train, fit_pass, batches)
+        if batch == 0 and self._epoch == self._fit_start:  # the first step of this `fit`
+            dataset_resume.warn_derived(self._passes["train"])
         self._done = batch + self._offset + 1
         super().on_train_batch_end(batch + self._offset, logs)
 

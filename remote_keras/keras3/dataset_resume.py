@@ -164,6 +164,33 @@ def state(at_train_begin: Snapshot, at_epoch_begin: Snapshot | None) -> list[dic
     return saved
 
 
+def warn_derived(at_train_begin: Snapshot) -> None:
+    """Warns, once per dataset, when `fit` reads one through a dataset derived from it.
+
+    Called after `fit`'s first step: a dataset whose passes read moved since
+    training began while no iterator was made over it is read through another
+    (`.cache()`, `.prefetch()`, `.map()`), whose iterators draw its shuffle's
+    seeds uncounted, so a backup cannot continue its orders.
+    """
+    for dataset in open_datasets():
+        passes = dataset._rk_passes
+        begun = _in(at_train_begin, dataset)
+        if begun is None or getattr(dataset, "_rk_warned_derived", False):
+            continue
+        count, reads = begun
+        if passes.reads > reads and passes.count == count:
+            dataset._rk_warned_derived = True
+            warnings.warn(
+                f"`fit` reads the dataset of {errors.redact(str(dataset.directory))!r} "
+                f"(subset={dataset.subset!r}) through a dataset derived from it (such as "
+                "`.cache()`, `.prefetch()` or `.map()`): `BackupAndRestore` cannot count its "
+                "passes, so a resumed run's epochs would not have the interrupted run's "
+                "orders. To resume exactly, pass the dataset itself to `fit` (it fetches "
+                "ahead already; preprocessing layers go in the model).",
+                stacklevel=3,
+            )
+
+
 def restore(saved: list[dict[str, Any]]) -> None:
     """Moves each open dataset reading what a saved one read to the saved count of passes.
 
