@@ -1,0 +1,35 @@
+"""CONTRIBUTING's map of the package names every module, in the folder it is in."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _layout() -> str:
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    return text.split("## Layout", 1)[1].split("```", 2)[1]
+
+
+def test_the_layout_names_every_module_under_its_folder():
+    layout = _layout()
+    missing = []
+    for path in sorted((ROOT / "remote_keras").rglob("*.py")):
+        relative = path.relative_to(ROOT / "remote_keras")
+        if relative.parts[0] == "testing" or path.name == "__init__.py":
+            continue
+        folder = relative.parts[-2] + "/" if len(relative.parts) > 1 else "remote_keras/"
+        # The module's name appears after its folder's heading line in the map.
+        heading = rf"\n\s+{re.escape(folder)}" if folder != "remote_keras/" else r"\A"
+        section = re.split(heading, layout, maxsplit=1)
+        if len(section) < 2 or not re.search(rf"\b{re.escape(path.name)}\b", section[1]):
+            missing.append(str(relative))
+    assert not missing, f"CONTRIBUTING's layout does not name: {missing}"
+
+
+def test_the_layout_names_no_module_that_does_not_exist():
+    names = set(re.findall(r"\b([a-z_0-9]+\.py)\b", _layout()))
+    existing = {path.name for path in (ROOT / "remote_keras").rglob("*.py")}
+    assert names <= existing, sorted(names - existing)
