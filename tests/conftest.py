@@ -171,5 +171,13 @@ def no_leaked_threads():
     assert not _our_threads(), f"threads left behind: {_our_threads()}"
 
 
+# One per process, for its life: the watcher of Ctrl-C (`remote_keras.pipeline.interrupts`).
+PROCESS_THREADS = ("remote_keras-interrupts",)
+
+
 def _our_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("remote_keras-")]
+    return [
+        t.name
+        for t in threading.enumerate()
+        if t.name.startswith("remote_keras-") and t.name not in PROCESS_THREADS
+    ]

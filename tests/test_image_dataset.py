@@ -174,8 +174,9 @@ def test_on_error_skip_drops_names_and_records(damaged_s3, s3_options):
     assert "FileNotFoundError" in skipped[f"{url}/bird/bird_1.jpg"]
     assert any(url in str(w.message) and "dataset.skipped" in str(w.message) for w in caught)
     assert int(ours.cardinality()) == -2  # unknown: skipped samples shorten the stream
-    list(ours.as_numpy_iterator())  # the second epoch skips them again
-    assert len(ours.skipped) == 4
+    with pytest.warns(UserWarning, match="on_error='skip'"):  # the second epoch skips them again
+        list(ours.as_numpy_iterator())
+    assert dict(ours.skipped).keys() == expected  # each file listed once
 
 
 @pytest.mark.slow
@@ -220,7 +221,8 @@ def test_a_truncated_jpeg_at_its_own_size_is_named(tmp_path, on_error):
     dataset = rk.image_dataset_from_directory(
         tmp_path, image_size=(6, 6), batch_size=2, shuffle=False, on_error=on_error, verbose=False
     )
-    message = f"Cannot decode image {re.escape(repr(bad))} with TensorFlow: corrupt, truncated"
+    # TensorFlow's reason, then what may be wrong with the file.
+    message = f"Cannot decode image {re.escape(repr(bad))} with TensorFlow: .*corrupt, truncated"
     if on_error == "raise":
         with pytest.raises(Exception, match=message):
             list(dataset.as_numpy_iterator())
@@ -260,6 +262,10 @@ def test_lakefs_equals_keras_and_records_the_commit(image_dir, tmp_path):
         )
         fs.rm(f"lakefs://{name}/main/train/cat/cat_0.png")  # staged: never seen at the commit
         assert [p.commit_id for p in ours.lakefs_pins] == [commit]
+        # The paths read, at the commit: reading them again later reads the same bytes.
+        assert ours.file_paths == [
+            f"lakefs://{name}/{commit}/train/{os.path.relpath(p, local)}" for p in stock.file_paths
+        ]
         for expected, got in zip(epochs(stock), epochs(ours)):
             for a, b in zip(expected, got):
                 assert_same_batch(a, b)

@@ -9,11 +9,14 @@ Per pass over the dataset (an epoch):
 2. A Python generator (`RemoteFiles.epoch`) fetches the files in that order in
    chunks, `prefetch_batches` chunks ahead of the consumer, each chunk's files
    concurrently through the package's `Fetcher` (retries, disk cache,
-   checksums). A failed read is handed on as empty bytes and remembered.
+   checksums). A failed read is remembered and handed on as empty bytes
+   (`on_error="skip"`: a gap that later samples fill), or, with `"raise"`,
+   as a placeholder that decodes, so that its batch is accounted for (and
+   raises) as soon as its chunk arrives, however many files fail after it.
 3. TensorFlow decodes and resizes with Keras's ops (`decode_resize`) in a
    parallel map; samples whose decode fails are dropped (`ignore_errors`).
-4. After batching, `RemoteFiles.observe` sees which positions of the order
-   arrived: a gap is a sample that failed, raised (naming its URL) with
+4. After batching, `EpochReader.observe` sees which positions of the order
+   arrived: a gap or a placeholder is a sample that failed, raised (naming its URL) with
    `on_error="raise"`, recorded in `dataset.skipped` with `"skip"`. A
    sentinel sample after the last one closes the epoch's account.
 """
@@ -21,10 +24,10 @@ Per pass over the dataset (an epoch):
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,8 +35,10 @@ import tensorflow as tf
 
 from remote_keras import errors
 from remote_keras.keras3 import dataset_resume
+from remote_keras.pipeline import interrupts
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.options import LoaderOptions
+from remote_keras.pipeline.prefetch import DaemonExecutor
 from remote_keras.pipeline.skips import SkipLog
 
 # A 1x1 grayscale PNG: the sentinel after an epoch's last sample (decodes to any channels).
@@ -83,6 +88,9 @@ class EpochReader:
         self._epochs: dict[int, _Account] = {}
         self._lock = threading.Lock()
         self.passes = dataset_resume.Passes()
+        self.skips = SkipLog()  # this dataset's own (`subset="both"` makes two readers)
+        # TensorFlow's reason a body does not decode (set by `build`), for the error.
+        self.explain: Callable[[bytes], str | None] | None = None
 
     def epoch(self, order: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
         """Yields `(token, positions, indices, bytes)` chunks of one epoch, then the sentinel."""
@@ -95,19 +103,26 @@ class EpochReader:
                 del self._epochs[old]
         opts = self.files.options
         depth = max(1, opts.prefetch_batches)
-        chunks = ThreadPoolExecutor(depth, thread_name_prefix="remote_keras-dataset-chunk")
-        requests = ThreadPoolExecutor(opts.max_in_flight, "remote_keras-dataset-fetch")
+        # Daemon threads: a request that stalls never holds up the exit after Ctrl-C.
+        chunks = DaemonExecutor(depth, "remote_keras-dataset-chunk")
+        requests = DaemonExecutor(opts.max_in_flight, "remote_keras-dataset-fetch")
+        stop = threading.Event()  # ends the retries of an epoch abandoned
         pending: deque[Any] = deque()
         starts = iter(range(0, len(order), self.chunk))
+        since = interrupts.count()
         try:
             while True:
                 for start in itertools.islice(starts, depth - len(pending)):
                     paths = [self.urls[i] for i in order[start : start + self.chunk]]
-                    pending.append((start, chunks.submit(self.files.fetch, paths, requests)))
+                    pending.append((start, chunks.submit(self.files.fetch, paths, requests, stop)))
                 if not pending:
                     break
                 start, future = pending.popleft()
-                yield self._chunk(token, account, start, future.result())
+                try:
+                    results = interrupts.wait(future, since)
+                except interrupts.Interrupted:
+                    return  # the main thread raises its KeyboardInterrupt once TensorFlow returns
+                yield self._chunk(token, account, start, results)
             end = len(order)
             yield (
                 np.array([token]),
@@ -116,6 +131,7 @@ class EpochReader:
                 np.array([_SENTINEL], dtype=object),
             )
         finally:
+            stop.set()
             chunks.shutdown(wait=False, cancel_futures=True)
             requests.shutdown(wait=False, cancel_futures=True)
             self.files.rest()
@@ -124,14 +140,21 @@ class EpochReader:
         self, token: int, account: _Account, start: int, results: list[Any]
     ) -> tuple[np.ndarray, ...]:
         data = np.empty(len(results), dtype=object)
+        positions = np.arange(start, start + len(results))
+        indices = account.order[positions].copy()
+        raising = self.files.options.on_error == "raise"
         for j, result in enumerate(results):
             body = _body(self.urls[account.order[start + j]], result)
-            if isinstance(body, BaseException):
+            if not isinstance(body, BaseException):
+                account.bodies[start + j] = body  # until accounted: a decode failure's reason
+            else:
                 account.failures[start + j] = body
-                body = b""
+                if raising:  # a placeholder that decodes: its batch is accounted for at once
+                    body, indices[j] = _SENTINEL, -1
+                else:  # fails to decode: a gap, which later samples fill
+                    body = b""
             data[j] = body
-        positions = np.arange(start, start + len(results))
-        return np.full(len(results), token), positions, account.order[positions], data
+        return np.full(len(results), token), positions, indices, data
 
     def observe(self, tokens: np.ndarray, positions: np.ndarray) -> np.bool_:
         """Accounts for a batch's positions: gaps before them failed (raise, or skip).
@@ -151,6 +174,9 @@ class EpochReader:
             while account.next < position:
                 self._failed(token, account, account.next)
                 account.next += 1
+            if position in account.failures:  # a placeholder (`on_error="raise"`)
+                self._failed(token, account, position)
+            account.bodies.pop(position, None)
             account.next = max(account.next, position + 1)
         if account.next > len(account.order):  # the sentinel arrived: the epoch is complete
             with self._lock:
@@ -161,16 +187,19 @@ class EpochReader:
         index = int(account.order[position])
         shown = errors.redact(self.shown[index])
         cause = account.failures.pop(position, None)
+        body = account.bodies.pop(position, None)
         if cause is None:
+            why = self.explain(body) if self.explain is not None and body is not None else None
+            hint = "corrupt, truncated, or not BMP, GIF, JPEG or PNG"
+            if why:  # TensorFlow's reason first: the arguments may not suit a good file
+                hint = f"{why.rstrip('.')}. It may be {hint}, or `color_mode` may not suit it"
             cause = errors.ImageDecodeError(
-                shown,
-                f"Cannot decode image {shown!r} with TensorFlow: corrupt, truncated, or not "
-                "BMP, GIF, JPEG or PNG",
+                shown, f"Cannot decode image {shown!r} with TensorFlow: {hint}"
             )
         if self.files.options.on_error == "raise":
             raise cause
         reason = f"{type(cause).__name__}: {cause}"
-        self.files.skips.add(shown, reason, epoch=token, fate=_FATE)
+        self.skips.add(shown, reason, epoch=token, fate=_FATE)
 
 
 class _Account:
@@ -179,6 +208,7 @@ class _Account:
     def __init__(self, order: np.ndarray) -> None:
         self.order = order
         self.failures: dict[int, BaseException] = {}
+        self.bodies: dict[int, bytes] = {}  # read, not accounted for yet
         self.next = 0
 
 
@@ -201,19 +231,29 @@ def _body(url: str, result: Any) -> bytes | BaseException:
 
 
 class Skipped(Sequence):
-    """`(path, reason)` of every sample dropped with `on_error="skip"`, oldest first (live)."""
+    """`(path, reason)` of each file one dataset dropped with `on_error="skip"` (live).
+
+    Each file is listed once, in the order first skipped, with its latest
+    reason, however many epochs skipped it.
+    """
 
     def __init__(self, skips: SkipLog) -> None:
         self._skips = skips
 
+    def _records(self) -> list[tuple[str, str]]:
+        latest: dict[str, str] = {}
+        for path, reason in self._skips.records():
+            latest[path] = reason
+        return list(latest.items())
+
     def __len__(self) -> int:
-        return len(self._skips.records())
+        return len(self._records())
 
     def __getitem__(self, index: Any) -> Any:
-        return self._skips.records()[index]
+        return self._records()[index]
 
     def __repr__(self) -> str:
-        return repr(self._skips.records())
+        return repr(self._records())
 
 
 def decode_resize(
@@ -281,6 +321,18 @@ def build(
         shuffle_buffer: The shuffle buffer of each epoch, or `None` not to shuffle.
         seed: The shuffle's seed.
     """
+    interrupts.watch()  # Ctrl-C ends a pass at once, also while its requests stall
+
+    def explain(data: bytes) -> str | None:
+        try:
+            decode_resize(tf.constant(data), *decode_args)
+        except tf.errors.OpError as exc:  # "{{function_node ...}} REASON [Op:...] ..."
+            reason = re.sub(r"\{\{function_node [^}]*\}\}", "", exc.message)
+            reason = re.split(r"\[\[| \[Op:", reason)[0]
+            return reason.strip() or None
+        return None
+
+    reader.explain = explain
     n = len(reader.urls)
     order = tf.data.Dataset.range(n)
     if shuffle_buffer is not None:

@@ -202,7 +202,7 @@ def image_dataset_from_directory(
             buffer if part != "validation" or subset != "both" else None,
             seed,
         )
-        _describe(dataset, names, shown, urls, files, directory, part)
+        _describe(dataset, names, urls, files, reader, directory, part)
         made.append(dataset)
     return made if subset == "both" else made[0]
 
@@ -372,16 +372,16 @@ def _join(directory: str, relative: str) -> str:
 def _describe(
     dataset: Any,
     names: list[str] | None,
-    shown: list[str],
     urls: list[str],
     files: dataset_pipeline.RemoteFiles,
+    reader: dataset_pipeline.EpochReader,
     directory: str,
     subset: str | None,
 ) -> None:
     """Keras's attributes, plus what the package's records and users read."""
     dataset.class_names = names
-    dataset.file_paths = shown
-    dataset.skipped = dataset_pipeline.Skipped(files.skips)
+    dataset.file_paths = urls  # what is read: on lakeFS, at the commit pinned
+    dataset.skipped = dataset_pipeline.Skipped(reader.skips)
     dataset.subset = subset
     dataset.directory = directory
     dataset.options = files.options

@@ -9,6 +9,7 @@ skipped samples, all built from one `LoaderOptions`. Keras-free.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from typing import Any
@@ -65,9 +66,11 @@ class ReadEngine:
         )
         self.fetcher.loader = self.loader
 
-    def fetch(self, paths: Sequence[str], executor: Executor) -> list[Any]:
+    def fetch(
+        self, paths: Sequence[str], executor: Executor, stop: threading.Event | None = None
+    ) -> list[Any]:
         """Reads `paths` (see `Fetcher.fetch`): one result or exception per path, in order."""
-        return self.fetcher.fetch(paths, executor)
+        return self.fetcher.fetch(paths, executor, stop)
 
     def pin(self, url: str) -> str:
         """`url` at its lakeFS commit (other URLs and paths unchanged)."""

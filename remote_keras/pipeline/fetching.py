@@ -10,6 +10,7 @@ a failed read, retried like any transient failure.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future
@@ -56,41 +57,48 @@ class Fetcher:
         self.stats = stats
         self.verify_checksums = verify_checksums
 
-    def fetch(self, paths: Sequence[str], executor: Executor) -> list[Any]:
+    def fetch(
+        self, paths: Sequence[str], executor: Executor, stop: threading.Event | None = None
+    ) -> list[Any]:
         """Reads `paths`; failures are returned in place, as exceptions naming the path.
 
         Args:
             paths: Paths or URLs, possibly repeated.
             executor: Threads for per-file loaders (one blocking request each).
+            stop: When set, failed reads are not retried any more.
 
         Returns:
             One entry per path, in order.
         """
         start = time.perf_counter()
-        results = self._cached(paths, executor)
+        results = self._cached(paths, executor, stop)
         read = sum(len(r) for r in results if isinstance(r, _BYTES))
         self.stats.add(fetch_s=time.perf_counter() - start, bytes=read)
         return results
 
-    def _cached(self, paths: Sequence[str], executor: Executor) -> list[Any]:
+    def _cached(
+        self, paths: Sequence[str], executor: Executor, stop: threading.Event | None
+    ) -> list[Any]:
         if self.cache is None:
-            return self._with_retries(paths, executor)
+            return self._with_retries(paths, executor, stop)
         found = [self.cache.lookup(path) for path in paths]  # damaged entries are dropped
         results: list[Any] = [data for data, _ in found]
         healed = sum(dropped for _, dropped in found)
         self.stats.add(cache_hits=sum(r is not None for r in results), cache_healed=healed)
         missing = [i for i, data in enumerate(results) if data is None]
         if missing:
-            fetched = self._with_retries([paths[i] for i in missing], executor)
+            fetched = self._with_retries([paths[i] for i in missing], executor, stop)
             for i, data in zip(missing, fetched):
                 results[i] = data
                 if isinstance(data, _BYTES):  # never raises: an unwritable cache warns once
                     self.cache.put(paths[i], data)
         return results
 
-    def _with_retries(self, paths: Sequence[str], executor: Executor) -> list[Any]:
+    def _with_retries(
+        self, paths: Sequence[str], executor: Executor, stop: threading.Event | None
+    ) -> list[Any]:
         results, retries = fetch_with_retries(
-            lambda batch: self._once(batch, executor), paths, self.policy
+            lambda batch: self._once(batch, executor), paths, self.policy, stop=stop
         )
         self.stats.add(retries=retries)
         return [errors.sanitize(r) if isinstance(r, BaseException) else r for r in results]

@@ -27,6 +27,7 @@ import logging
 import random
 import re
 import ssl
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -278,6 +279,7 @@ def fetch_with_retries(
     policy: RetryPolicy,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    stop: threading.Event | None = None,
 ) -> tuple[list[Any], int]:
     """Fetches `paths`, retrying transient failures per `policy`.
 
@@ -288,6 +290,8 @@ def fetch_with_retries(
         policy: Deadline, attempts, budget, backoff.
         sleep: For tests.
         clock: For tests: monotonic seconds.
+        stop: When set, no more retries are made (a wait for one ends at once);
+            what has failed so far is returned as given up.
 
     A retry waits the backoff of `policy`, or longer where the server asked
     (`Retry-After`), never past the deadline. Files still failing
@@ -319,7 +323,7 @@ def fetch_with_retries(
             again = again[:budget]
         elapsed = clock() - start
         remaining = policy.deadline_s - elapsed
-        if not again or remaining <= 0:
+        if not again or remaining <= 0 or (stop is not None and stop.is_set()):
             break
         if not warned and elapsed >= WARN_AFTER_S:
             warned = True
@@ -327,7 +331,11 @@ def fetch_with_retries(
         delay = policy.delay(max(attempts[i] for i in again), rng)
         asked = [retry_after(results[i]) for i in again]
         delay = max([delay, *(a for a in asked if a is not None)])
-        sleep(min(remaining, delay))
+        if stop is not None:
+            if stop.wait(min(remaining, delay)):
+                break
+        else:
+            sleep(min(remaining, delay))
         for i, result in zip(again, fetch([paths[i] for i in again])):
             results[i] = result
             attempts[i] += 1
