@@ -269,8 +269,8 @@ def test_image_dataset_from_directory_equals_keras_on_the_local_copy(image_dir, 
         store.url, storage_options=store.options, verbose=False, **kwargs
     )
     relative = [p[len(local) + 1 :] for p in stock.file_paths]
-    # The dataset's paths keep the branch's name (its commit is in `lakefs_pins`).
-    assert [_relative(store, url, pinned=False) for url in ours.file_paths] == relative
+    # The dataset's paths name what is read: on lakeFS, the commit (also in `lakefs_pins`).
+    assert [_relative(store, url, pinned=True) for url in ours.file_paths] == relative
     store.reset()
     expected, got = list(stock.as_numpy_iterator()), list(ours.as_numpy_iterator())
     assert len(expected) == len(got)

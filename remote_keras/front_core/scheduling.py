@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -63,7 +64,20 @@ class SchedulingMixin:
             self.index_array = self._planner.order(epoch)
         engine, pools, paths = self.engine, self._pools, self._filepaths
         spec, pixels = self._image_spec(), self.batch_pixels()
-        return lambda: batches.load(engine, pools, paths, spec, pixels, plan, epoch)
+        ref = weakref.ref(self)  # queued work must not keep a dropped iterator alive
+
+        def build() -> tuple[BatchPlan, np.ndarray]:
+            # Held while the batch loads: collected meanwhile, the iterator's finalizer
+            # would shut its pools down from this pool's thread (a deadlock in `submit`).
+            iterator = ref()
+            if iterator is None:
+                raise RuntimeError("The iterator was garbage-collected.")
+            try:
+                return batches.load(engine, pools, paths, spec, pixels, plan, epoch)
+            finally:
+                del iterator
+
+        return build
 
     def _look_ahead(self, keys: list[tuple[int, int]]) -> None:
         with self.lock:
