@@ -246,9 +246,9 @@ def lakefs_stage(spec: dict) -> dict:
     fetched = array("q")
     fetch = it.engine.fetcher.fetch
 
-    def counting_fetch(paths, executor):
+    def counting_fetch(paths, executor, stop=None):
         fetched.extend(hash(path) for path in paths)
-        return fetch(paths, executor)
+        return fetch(paths, executor, stop)
 
     it.engine.fetcher.fetch = counting_fetch
     started = time.perf_counter()

@@ -12,11 +12,17 @@ import numpy as np
 import pytest
 
 import remote_keras as rk
+from tests.conftest import PROCESS_THREADS
 from tests.helpers import GatedLoader, SlowLoader
 
 
 def our_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("remote_keras-")]
+    """The package's threads of iterators (not the process's own, `PROCESS_THREADS`)."""
+    return [
+        t.name
+        for t in threading.enumerate()
+        if t.name.startswith("remote_keras-") and t.name not in PROCESS_THREADS
+    ]
 
 
 def test_files_of_a_batch_are_fetched_concurrently_and_bounded(image_dir):

@@ -18,7 +18,7 @@ import pytest
 import remote_keras as rk
 from remote_keras import errors
 from remote_keras.storage.retry import RetryPolicy, fetch_with_retries, is_transient
-from tests.conftest import make_image
+from tests.conftest import PROCESS_THREADS, make_image
 from tests.helpers import AUGMENT, assert_same_batch, epoch
 
 
@@ -318,7 +318,8 @@ def _wait_for_no_threads(timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         gc.collect()
-        if not [t for t in threading.enumerate() if t.name.startswith("remote_keras-")]:
+        names = [t.name for t in threading.enumerate() if t.name.startswith("remote_keras-")]
+        if not [name for name in names if name not in PROCESS_THREADS]:
             return
         time.sleep(0.02)
 
