@@ -121,13 +121,13 @@ class SchedulingMixin:
         if self.use_multiprocessing or os.getpid() != self._home_pid:
             return []
         depth = self.options.prefetch_batches
-        with self.lock:
-            in_pass = self._clock.in_pass
-        if in_pass and self._keras_seeds_epochs():
+        if self._keras_seeds_epochs():
             shard = self.keras_batches or (0, 1)
             with self.lock:
+                in_pass = self._clock.in_pass
                 upcoming = self._clock.upcoming(idx, self._clock.batches(length), shard)
-            return [] if upcoming is None else [(epoch, order[i]) for i in upcoming[:depth]]
+            if in_pass:  # outside a pass (a loop of one's own), the next indices, below
+                return [] if upcoming is None else [(epoch, order[i]) for i in upcoming[:depth]]
         if previous is not None and not 0 < idx - previous <= max(2, self.workers):
             return []
         return [(epoch, i) for i in order[idx + 1 : idx + 1 + depth]]

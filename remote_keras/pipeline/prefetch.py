@@ -262,14 +262,14 @@ class DaemonExecutor(Executor):
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
             self._queue.put((future, fn, args, kwargs))
-            if self._idle == 0 and len(self._threads) < self._workers:
+            if self._idle:  # an idle thread takes it
+                self._idle -= 1
+            elif len(self._threads) < self._workers:
                 thread = threading.Thread(
                     target=self._run, name=f"{self._name}_{len(self._threads)}", daemon=True
                 )
                 self._threads.append(thread)
                 thread.start()
-            else:
-                self._idle -= 1 if self._idle else 0
         return future
 
     def _run(self) -> None:
