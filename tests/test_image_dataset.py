@@ -309,6 +309,34 @@ def test_shards_are_disjoint_and_cover(image_dir):
     assert first | second <= set(whole.file_paths)
 
 
+def test_num_shards_is_refused_where_keras_splits_the_dataset_too(image_dir, monkeypatch):
+    """Explicit shards under a distribution that splits datasets itself would split twice."""
+    from remote_keras.pipeline import sharding
+
+    local, _ = image_dir
+    monkeypatch.setattr(sharding, "keras_dataset_split", lambda: 2)
+    with pytest.raises(ValueError, match="split twice.*auto_shard_dataset=False"):
+        rk.image_dataset_from_directory(local, image_size=(4, 4), num_shards=2, shard_index=0)
+    with pytest.warns(UserWarning, match="every process reads every file") as said:
+        dataset = rk.image_dataset_from_directory(local, image_size=(4, 4), batch_size=4)
+    assert any("using seed=0" in str(w.message) for w in said)
+    from tensorflow.python.data.experimental.ops import distribute
+
+    # Keras's split reads the batch size from the graph: it must be visible there.
+    assert int(distribute.compute_batch_size(dataset).numpy()) == 4
+
+
+def test_one_process_distribution_reads_everything(image_dir, recwarn):
+    local, _ = image_dir
+    keras.distribution.set_distribution(keras.distribution.DataParallel())
+    try:
+        dataset = rk.image_dataset_from_directory(local, image_size=(4, 4), seed=1)
+    finally:
+        keras.distribution.set_distribution(None)
+    assert len(dataset.file_paths) == len(rk.image_dataset_from_directory(local, seed=1).file_paths)
+    assert not [w for w in recwarn if "process" in str(w.message)]
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import uuid
 
 import keras
 import numpy as np
@@ -18,6 +19,7 @@ import pytest
 import remote_keras as rk
 from remote_keras.front_core import fit_order
 from remote_keras.pipeline import sharding
+from remote_keras.testing.data import write_class_tree
 
 
 def _sample_ids(it) -> list[int]:
@@ -472,5 +474,137 @@ def test_two_jax_processes_fit_on_disjoint_shards_of_s3(s3_images, s3_options, a
     # `fit` takes the iterator itself: 10 images per process in batches of 4, 4, 2 (files
     # sharded), or 2 of the 4 batches of 16 images (Keras shards).
     assert [r["steps"] for r in results] == ([[2, 2], [2, 2]] if auto_shard else [[3, 3], [3, 3]])
+    assert results[0]["weights"] == pytest.approx(results[1]["weights"])  # one model, in sync
+    assert results[0]["loss"] == pytest.approx(results[1]["loss"])
+
+
+JAX_DATASET_WORKER_SCRIPT = textwrap.dedent(
+    """
+    import collections, json, os, sys, warnings
+    os.environ["KERAS_BACKEND"] = "jax"
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    spec, index = json.loads(sys.argv[1]), int(sys.argv[2])
+    import jax
+    jax.distributed.initialize(spec["coordinator"], num_processes=2, process_id=index)
+    import keras, numpy as np
+    import remote_keras as rk
+    from remote_keras.storage.loaders import FsspecLoader
+    # What Keras's fit hands this process of a tf.data.Dataset (its own sharding included).
+    from keras.src.trainers.data_adapters.tf_dataset_adapter import TFDatasetAdapter
+
+    reads, phase = [], ["build"]  # the epoch `fit` is in, from its callbacks
+
+    class RecordingLoader(FsspecLoader):
+        def load_many(self, paths, executor=None):
+            reads.extend((phase[0], p) for p in paths)
+            return super().load_many(paths, executor=executor)
+
+        def load_many_checked(self, paths, executor=None):
+            reads.extend((phase[0], p) for p in paths)
+            return super().load_many_checked(paths, executor=executor)
+
+    distribution = keras.distribution.DataParallel(auto_shard_dataset=spec["auto_shard"])
+    keras.distribution.set_distribution(distribution)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dataset = rk.image_dataset_from_directory(
+            spec["directory"], labels=list(range(spec["count"])), image_size=(8, 8),
+            batch_size=4, verbose=False, storage_options=spec["options"],
+            loader=RecordingLoader(spec["options"]))  # shuffled, no seed
+    from jax._src import distributed
+    distributed.global_state.client.wait_at_barrier("ready", 600_000)
+    keras.utils.set_random_seed(0)  # the same initial weights in both processes
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(spec["count"], activation="softmax")])
+    model.compile("sgd", "sparse_categorical_crossentropy")
+    steps = []
+    counter = keras.callbacks.LambdaCallback(
+        on_epoch_begin=lambda epoch, logs: (steps.append(0), phase.__setitem__(0, epoch)),
+        on_train_batch_end=lambda batch, logs: steps.__setitem__(-1, steps[-1] + 1),
+    )
+    history = model.fit(dataset, epochs=2, callbacks=[counter], verbose=0)
+    read_in_fit = [[p, n] for p, n in collections.Counter(reads).items()]
+    handed = [[int(y) for y in labels] for _, labels in
+              TFDatasetAdapter(dataset, distribution=distribution).get_numpy_iterator()]
+    result = {
+        "processes": jax.process_count(), "reads": read_in_fit, "handed": handed,
+        "steps": steps, "loss": history.history["loss"],
+        "warnings": [str(w.message) for w in caught],
+        "weights": [float(np.sum(w)) for w in model.get_weights()],
+    }
+    print("RESULT " + json.dumps(result), flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    tuple(int(p) for p in keras.__version__.split(".")[:2]) < (3, 15),
+    reason="shard detection from keras.distribution needs Keras >= 3.15",
+)
+@pytest.mark.parametrize("auto_shard", [False, True], ids=["files-sharded", "keras-shards"])
+def test_two_jax_processes_fit_image_dataset_from_directory_on_s3(
+    tmp_path, s3_server, s3fs_direct, s3_options, auto_shard
+):
+    """Two JAX processes training one model on one `image_dataset_from_directory` of S3.
+
+    With `auto_shard_dataset=False` the package reads each process's half of the files once
+    per epoch. With Keras's own sharding (the default) Keras splits the batches after they are
+    read: each process reads every file (as stock Keras does; the package says so) and is
+    handed a disjoint half, alike in both processes although no seed was passed.
+    """
+    from tests.helpers import put_folder
+
+    write_class_tree(tmp_path, per_class=4)  # 12 images
+    prefix = f"data/jax-dataset-{uuid.uuid4().hex[:8]}"
+    put_folder(s3fs_direct, str(tmp_path), prefix)
+    url = f"s3://{prefix}"
+    count = 12
+    spec = {
+        "coordinator": f"127.0.0.1:{_free_ports(1)[0]}",
+        "directory": url,
+        "options": s3_options,
+        "auto_shard": auto_shard,
+        "count": count,
+    }
+    results = _run_workers(JAX_DATASET_WORKER_SCRIPT, spec)
+    assert [r["processes"] for r in results] == [2, 2]
+    everything = set(range(count))
+    handed = [sum(r["handed"], []) for r in results]
+    assert not set(handed[0]) & set(handed[1])
+    assert set(handed[0]) | set(handed[1]) == everything
+    said = [" ".join(r["warnings"]) for r in results]
+    assert all("using seed=0 so that all workers shuffle alike" in text for text in said)
+    # Per process: {phase: {file: reads}}. Keras's JAX trainer builds its state from the first
+    # batch of a pass it then drops ("build"): the look-ahead of that pass is read too.
+    reads = []
+    for r in results:
+        per_phase: dict = {}
+        for (phase, path), n in r["reads"]:
+            per_phase.setdefault(phase, {})[path] = n
+        reads.append(per_phase)
+    if auto_shard:
+        # Keras rebatches 3 batches of 4 into 6 of 2 and hands each process every other one.
+        assert [[len(b) for b in r["handed"]] for r in results] == [[2, 2, 2], [2, 2, 2]]
+        assert all("pass DataParallel(auto_shard_dataset=False)" in text for text in said)
+        for per_phase in reads:  # every file, once per epoch
+            assert set(per_phase) == {0, 1, "build"}
+            for epoch in (0, 1):
+                assert len(per_phase[epoch]) == count and set(per_phase[epoch].values()) == {1}
+        assert [r["steps"] for r in results] == [[3, 3], [3, 3]]
+    else:
+        # Each process reads its 6 files once per epoch, in batches of 4 and 2.
+        assert [[len(b) for b in r["handed"]] for r in results] == [[4, 2], [4, 2]]
+        assert not any("auto_shard_dataset=False" in text for text in said)
+        for epoch in (0, 1):
+            halves = [per_phase[epoch] for per_phase in reads]
+            assert [len(h) for h in halves] == [count // 2] * 2
+            assert all(set(h.values()) == {1} for h in halves)
+            assert not set(halves[0]) & set(halves[1])
+            assert len(set(halves[0]) | set(halves[1])) == count
+        for per_phase in reads:
+            assert set(per_phase) == {0, 1, "build"}
+            assert set(per_phase["build"]) <= set(per_phase[0])  # its own half only
+        assert [r["steps"] for r in results] == [[2, 2], [2, 2]]
     assert results[0]["weights"] == pytest.approx(results[1]["weights"])  # one model, in sync
     assert results[0]["loss"] == pytest.approx(results[1]["loss"])

@@ -308,6 +308,7 @@ def build(
     batch_size: int | None,
     shuffle_buffer: int | None,
     seed: int | None,
+    batch_size_visible: bool = False,
 ) -> tf.data.Dataset:
     """The dataset of one subset: ordered, fetched ahead, decoded, accounted for, batched.
 
@@ -320,6 +321,9 @@ def build(
         batch_size: Samples per batch; `None` for single samples.
         shuffle_buffer: The shuffle buffer of each epoch, or `None` not to shuffle.
         seed: The shuffle's seed.
+        batch_size_visible: End with a plain `batch`, so that TensorFlow can read
+            the batch size from the graph (`compute_batch_size`), as Keras's split
+            of a dataset among processes does. Costs a copy of every image.
     """
     interrupts.watch()  # Ctrl-C ends a pass at once, also while its requests stall
 
@@ -379,6 +383,8 @@ def build(
     batches = batches.filter(lambda first, *rest: tf.shape(first)[0] > 0)
     if batch_size is None:
         batches = batches.unbatch()
+    elif batch_size_visible:  # the map above hides the batch size from compute_batch_size
+        batches = batches.unbatch().batch(batch_size)
     if reader.files.options.on_error == "raise":  # every sample arrives: Keras's cardinality
         count = n if batch_size is None else -(-n // batch_size)
         batches = batches.apply(tf.data.experimental.assert_cardinality(count))

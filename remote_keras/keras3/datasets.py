@@ -115,10 +115,11 @@ def image_dataset_from_directory(
         **overrides: The package's options (`storage_options`, `loader`,
             `cache_dir`, `retries`, `verify_checksums`, `on_error`,
             `prefetch_batches`, `max_in_flight`, `num_shards`/`shard_index`,
-            ...; see `LoaderOptions`). Sharding applies only when
-            `num_shards` and `shard_index` are given: each worker then reads
-            every `num_shards`-th file of the (shuffled, split) file list
-            from `shard_index` on. `workers`, `max_queue_size` and
+            ...; see `LoaderOptions`). With `num_shards` and `shard_index`,
+            or a multi-process `keras.distribution` with
+            `auto_shard_dataset=False`, each worker reads every
+            `num_shards`-th file of the (shuffled, split) file list from
+            `shard_index` on. `workers`, `max_queue_size` and
             `decode_workers` have no effect here (TensorFlow decodes);
             `use_multiprocessing=True` and `jpeg_draft=True` are refused.
 
@@ -142,13 +143,23 @@ def image_dataset_from_directory(
         labels, label_mode, class_names, color_mode, image_size, interpolation, format
     )
     _check_split(validation_split, subset, shuffle, seed)
-    shard = _shard(opts)
+    shard, keras_split = _shard(opts)
     _check_options(opts)
-    if shard.count > 1 and shuffle and seed is None:
+    if keras_split > 1:
+        warnings.warn(
+            f"keras.distribution splits this dataset's batches among {keras_split} processes "
+            f"after they are read (auto_shard_dataset=True): every process reads every file "
+            f"and trains on 1/{keras_split} of them. For each process to read only its own "
+            "files, pass DataParallel(auto_shard_dataset=False): the dataset then reads this "
+            "process's share, in batches of `batch_size` per process.",
+            stacklevel=2,
+        )
+    if max(shard.count, keras_split) > 1 and shuffle and seed is None:
         seed = 0  # every worker must draw the same permutation
         warnings.warn(
-            f"Reading shard {shard.index} of {shard.count} with shuffle=True and no seed: "
-            "using seed=0 so that all workers shuffle alike. Pass `seed=` to choose another.",
+            f"Reading shard {shard.index} of {max(shard.count, keras_split)} with shuffle=True "
+            "and no seed: using seed=0 so that all workers shuffle alike. Pass `seed=` to "
+            "choose another.",
             stacklevel=2,
         )
     if seed is None:
@@ -201,6 +212,7 @@ def image_dataset_from_directory(
             batch_size,
             buffer if part != "validation" or subset != "both" else None,
             seed,
+            batch_size_visible=keras_split > 1,
         )
         _describe(dataset, names, urls, files, reader, directory, part)
         made.append(dataset)
@@ -296,11 +308,28 @@ def _check_options(opts: LoaderOptions) -> None:
         )
 
 
-def _shard(opts: LoaderOptions) -> sharding.Shard:
-    """The shard given explicitly; none otherwise (`tf.distribute` and Keras shard datasets)."""
+def _shard(opts: LoaderOptions) -> tuple[sharding.Shard, int]:
+    """The files this process reads, and the processes Keras splits the read batches among.
+
+    Explicit `num_shards`/`shard_index` win; otherwise a multi-process
+    `keras.distribution` that does not split datasets itself
+    (`auto_shard_dataset=False`: "the dataset is already sharded") gives this
+    process's shard. `tf.distribute` strategies shard the dataset themselves.
+    """
+    keras_split = sharding.keras_dataset_split()
     if opts.num_shards is None and opts.shard_index is None:
-        return sharding.Shard()
-    return sharding.resolve(opts.num_shards, opts.shard_index, opts.shard_remainder)
+        if keras_split > 1:
+            return sharding.Shard(), keras_split
+        return sharding.detect_keras_distribution(), 1
+    shard = sharding.resolve(opts.num_shards, opts.shard_index, opts.shard_remainder)
+    if shard.count > 1 and keras_split > 1:
+        raise ValueError(
+            f"num_shards={shard.count} was given while keras.distribution splits the dataset "
+            f"among {keras_split} processes itself (auto_shard_dataset=True): the data would be "
+            "split twice. Pass DataParallel(auto_shard_dataset=False) to keep num_shards, or "
+            "leave num_shards out."
+        )
+    return shard, keras_split
 
 
 def _indexed(

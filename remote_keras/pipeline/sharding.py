@@ -103,6 +103,38 @@ def detect() -> Shard:
     return _detect(SOURCES)
 
 
+def detect_keras_distribution() -> Shard:
+    """The shard of this process from a multi-process `keras.distribution` only."""
+    return _detect(SOURCES[2:])
+
+
+def keras_dataset_split() -> int:
+    """Processes among which Keras's `fit` splits a `tf.data.Dataset` after reading it.
+
+    A multi-process distribution with `auto_shard_dataset=True` (the default of
+    `DataParallel`) rebatches a `tf.data.Dataset` to the per-process batch and
+    keeps every `count`-th of those batches: `Distribution.distribute_dataset`
+    (`distribution_lib.py` lines 440-505 of Keras 3.15.1) or, from Keras 3.16,
+    `TFDatasetAdapter` (`tf_dataset_adapter.py` lines 35-83 of
+    3.16.0.dev2026102704). Every process reads every file. `1` where Keras does
+    not split one (no distribution, one process, or one model replica, whose
+    processes all train on the whole batch).
+    """
+    distribution = getattr(sys.modules.get("keras"), "distribution", None)
+    current = distribution.distribution() if distribution is not None else None
+    if current is None or not getattr(current, "auto_shard_dataset", False):
+        return 1
+    if not all(hasattr(type(current), name) for name in KERAS_SHARD_API):  # Keras < 3.15
+        return _backend_process_count()
+    if current.num_processes <= 1:
+        return 1
+    try:
+        replicas = int(current.num_model_replicas)
+    except NotImplementedError:
+        return int(current.num_processes)
+    return 1 if replicas == 1 else min(replicas, int(current.num_processes))
+
+
 def in_tf_multi_worker() -> bool:
     """Whether TensorFlow multi-worker training (a strategy or `TF_CONFIG`) is set up."""
     return _detect(SOURCES[:2]).source != "none"  # never asks keras.distribution
