@@ -326,6 +326,11 @@ def test_num_shards_is_refused_where_keras_splits_the_dataset_too(image_dir, mon
     assert int(distribute.compute_batch_size(dataset).numpy()) == 4
 
 
+@pytest.mark.skipif(
+    tuple(int(p) for p in keras.__version__.split(".")[:2]) < (3, 15),
+    reason="Keras 3.8's DataParallel cannot be built on the TensorFlow backend (its "
+    "distribution_lib has no num_processes)",
+)
 def test_one_process_distribution_reads_everything(image_dir, recwarn):
     local, _ = image_dir
     keras.distribution.set_distribution(keras.distribution.DataParallel())
