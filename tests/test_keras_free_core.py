@@ -40,8 +40,6 @@ FRONT_WITHOUT_KERAS = (
     "remote_keras.keras2.fit_order",
     "remote_keras.keras3",
     "remote_keras.keras3.backup_files",
-    "remote_keras.keras3.dataset_index",
-    "remote_keras.keras3.dataset_resume",
 )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import keras
 
 from remote_keras import errors
-from remote_keras.front_core import workers
+from remote_keras.front_core import dataset_resume, workers
 from remote_keras.front_core.fit_order import (
     EpochSeededReplay,
     FitOrder,
@@ -25,7 +25,7 @@ from remote_keras.front_core.fit_order import (
     tell_shuffle,
 )
 from remote_keras.front_core.resume import STATE_FORMAT, fingerprint
-from remote_keras.keras3 import backup_files, dataset_resume
+from remote_keras.keras3 import backup_files
 from remote_keras.keras3.keras_src import file_utils
 
 # The Keras internals this callback relies on, all of Keras's own `BackupAndRestore`

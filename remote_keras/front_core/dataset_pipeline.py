@@ -28,18 +28,20 @@ import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import tensorflow as tf
 
 from remote_keras import errors
-from remote_keras.keras3 import dataset_resume
+from remote_keras.front_core import dataset_resume
 from remote_keras.pipeline import interrupts
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.options import LoaderOptions
 from remote_keras.pipeline.prefetch import DaemonExecutor
 from remote_keras.pipeline.skips import SkipLog
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 # A 1x1 grayscale PNG: the sentinel after an epoch's last sample (decodes to any channels).
 # It must decode: `ignore_errors` would drop it, and the failures after the last sample that
@@ -274,6 +276,8 @@ def decode_resize(
     `pad_to_aspect_ratio`, `tf.image.resize_with_pad`. `"nearest"` keeps
     the input dtype (`uint8`), as there.
     """
+    import tensorflow as tf  # imported when a dataset is made: the module loads without it
+
     height, width = image_size
     image = tf.io.decode_image(data, channels=channels, expand_animations=False)
     if crop_to_aspect_ratio:
@@ -325,6 +329,8 @@ def build(
             the batch size from the graph (`compute_batch_size`), as Keras's split
             of a dataset among processes does. Costs a copy of every image.
     """
+    import tensorflow as tf
+
     interrupts.watch()  # Ctrl-C ends a pass at once, also while its requests stall
 
     def explain(data: bytes) -> str | None:

@@ -1,0 +1,127 @@
+"""The argument checks of `image_dataset_from_directory`, shared by the Keras 3 and Keras 2 fronts.
+
+Keras's function checks its arguments in this order and raises `ValueError`
+with messages that code and tests match; the phrases they match are kept here
+(Keras 2.15 and Keras 3.8 to 3.15 use the same ones), and the package's own
+context follows them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remote_keras.pipeline.options import LoaderOptions
+
+LABEL_MODES = ("int", "categorical", "binary", None)
+COLOR_MODES = {"grayscale": 1, "rgb": 3, "rgba": 4}
+INTERPOLATIONS = (
+    "bilinear",
+    "nearest",
+    "bicubic",
+    "area",
+    "lanczos3",
+    "lanczos5",
+    "gaussian",
+    "mitchellcubic",
+)
+
+
+def checked(
+    labels: Any,
+    label_mode: str | None,
+    class_names: Any,
+    color_mode: str,
+    image_size: Any,
+    interpolation: str,
+) -> tuple[Any, Any, int, tuple[int, int], str]:
+    """Keras's checks of the labels, colours, size and interpolation, in its order.
+
+    Returns:
+        `(label_mode, labels, channels, image_size, interpolation)`, normalized:
+        no labels at all when either `labels` or `label_mode` is `None`.
+    """
+    if labels not in ("inferred", None):
+        if not isinstance(labels, (list, tuple)):
+            raise ValueError(
+                '`labels` argument should be "inferred" (from the sub-folders), None (images '
+                "only), or a list/tuple of integer labels, one per image file in the folder. "
+                f"Received: labels={labels!r}"
+            )
+        if class_names:
+            raise ValueError(
+                'You can only pass `class_names` if `labels="inferred"`. '
+                f"Received: labels={labels!r}, class_names={class_names!r}"
+            )
+    if label_mode not in LABEL_MODES:
+        raise ValueError(
+            f"`label_mode` argument must be one of {LABEL_MODES}. "
+            f"Received: label_mode={label_mode!r}"
+        )
+    if labels is None or label_mode is None:
+        labels = label_mode = None
+    if color_mode not in COLOR_MODES:
+        raise ValueError(
+            f"`color_mode` must be one of {sorted(COLOR_MODES)}. "
+            f"Received: color_mode={color_mode!r}"
+        )
+    if isinstance(image_size, int):
+        image_size = (image_size, image_size)
+    elif not isinstance(image_size, (list, tuple)) or len(image_size) != 2:
+        raise ValueError(
+            f"`image_size` must be a tuple of 2 integers. Received: image_size={image_size!r}"
+        )
+    interpolation = interpolation.lower()
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(
+            f"`interpolation` must be one of {INTERPOLATIONS}. "
+            f"Received: interpolation={interpolation!r}"
+        )
+    return label_mode, labels, COLOR_MODES[color_mode], tuple(image_size), interpolation
+
+
+def check_split(fraction: Any, subset: Any, shuffle: bool, seed: Any) -> None:
+    """Keras's checks of `validation_split` and `subset`."""
+    if fraction and not 0 < fraction < 1:
+        raise ValueError(f"`validation_split` must be between 0 and 1. Received: {fraction!r}")
+    if (fraction or subset) and not (fraction and subset):
+        raise ValueError(
+            "`validation_split` must be set (between 0 and 1) when `subset` is, and `subset` "
+            f"when `validation_split` is. Received: validation_split={fraction!r}, "
+            f"subset={subset!r}"
+        )
+    if subset not in ("training", "validation", "both", None):
+        raise ValueError(
+            f'`subset` must be either "training", "validation" or "both". Received: {subset!r}'
+        )
+    if fraction and shuffle and seed is None:
+        raise ValueError(
+            "With `validation_split` and shuffle=True you must provide a `seed`, so that the "
+            "training and validation subsets do not overlap."
+        )
+
+
+def check_options(opts: LoaderOptions) -> None:
+    """Refuses the package's options that have no meaning for this function."""
+    if opts.use_multiprocessing:
+        raise ValueError(
+            "use_multiprocessing=True does not apply to image_dataset_from_directory: "
+            "TensorFlow decodes in its own threads."
+        )
+    if opts.jpeg_draft:
+        raise ValueError(
+            "jpeg_draft=True does not apply to image_dataset_from_directory: images are "
+            "decoded by TensorFlow, as Keras's function decodes them."
+        )
+
+
+def data_format(value: str | None, default: str) -> str:
+    """`value` checked, or the Keras configuration's `default` where it is `None`."""
+    if value is None:
+        return default
+    lowered = str(value).lower()
+    if lowered not in ("channels_last", "channels_first"):
+        raise ValueError(
+            '`data_format` must be "channels_last" or "channels_first". '
+            f"Received: data_format={value!r}"
+        )
+    return lowered
