@@ -47,7 +47,7 @@ NIGHTLY_TESTS := tests/test_fit_order.py tests/test_resume.py tests/test_fit_rea
 # parity, fit reading once per epoch, the enqueuer's epoch ends, a corrupt and a truncated
 # image, presigned lakeFS reads and resume.
 KERAS2_TESTS := tests/keras2
-KERAS2_LEGACY_TESTS := tests/keras2/test_parity.py \
+KERAS2_LEGACY_TESTS := tests/keras2/test_parity.py tests/keras2/test_image_dataset.py \
 	tests/keras2/test_fit.py::test_fit_reads_each_image_once_per_epoch_and_trains_each_epochs_batches \
 	tests/keras2/test_fit.py::test_an_enqueuers_epoch_end_and_fits_end_one_epoch_and_its_reads_ahead_are_kept \
 	tests/keras2/test_faults.py::test_a_corrupt_image_ends_fit_in_its_epoch_naming_the_url \

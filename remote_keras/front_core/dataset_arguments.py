@@ -33,8 +33,15 @@ def checked(
     color_mode: str,
     image_size: Any,
     interpolation: str,
+    keras_line: int = 3,
 ) -> tuple[Any, Any, int, tuple[int, int], str]:
     """Keras's checks of the labels, colours, size and interpolation, in its order.
+
+    Args:
+        labels, label_mode, class_names, color_mode, image_size, interpolation:
+            The function's arguments.
+        keras_line: 3, or 2 for Keras 2.15's exception and message for an
+            unknown `interpolation` (`NotImplementedError`).
 
     Returns:
         `(label_mode, labels, channels, image_size, interpolation)`, normalized:
@@ -71,9 +78,14 @@ def checked(
             f"`image_size` must be a tuple of 2 integers. Received: image_size={image_size!r}"
         )
     interpolation = interpolation.lower()
+    if interpolation not in INTERPOLATIONS and keras_line == 2:
+        raise NotImplementedError(
+            f"Value not recognized for `interpolation`: {interpolation!r}. "
+            f"Supported values are: {INTERPOLATIONS}"
+        )
     if interpolation not in INTERPOLATIONS:
         raise ValueError(
-            f"`interpolation` must be one of {INTERPOLATIONS}. "
+            f"Argument `interpolation` should be one of {INTERPOLATIONS}. "
             f"Received: interpolation={interpolation!r}"
         )
     return label_mode, labels, COLOR_MODES[color_mode], tuple(image_size), interpolation

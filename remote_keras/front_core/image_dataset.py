@@ -43,6 +43,7 @@ def make(
     options: LoaderOptions,
     say: Callable[[str], None],
     verbose: bool = True,
+    keras_line: int = 3,
 ) -> Any:
     """The dataset (or, with `subset="both"`, the two) from checked arguments.
 
@@ -66,6 +67,11 @@ def make(
         options: The package's options.
         say: How this Keras prints its lines ("Found N files ...").
         verbose: Whether to say how many files and classes were found.
+        keras_line: 3, or 2 for Keras 2.15's classes: it lists the class
+            folders in sorted order whatever the order of `class_names`
+            (which must name every one) and labels each file by its folder's
+            place in `class_names`; its `class_names` attribute is `[""]`
+            without labels and the sorted labels with a list of them.
 
     Returns:
         A `tf.data.Dataset`, or a list of the training and validation ones.
@@ -93,10 +99,10 @@ def make(
         seed = int(np.random.randint(1_000_000))  # as Keras draws it, even without shuffling
     files = dataset_pipeline.RemoteFiles(directory, options)
     read_from = files.pin(directory) if locations.is_url(directory) else directory
-    paths, labels, names = _indexed(read_from, labels, class_names, follow_links, files)
-    if verbose and labels is None:
+    paths, labels, names = _indexed(read_from, labels, class_names, follow_links, files, keras_line)
+    if verbose and labels is None and keras_line == 3:
         say(f"Found {len(paths)} files.")
-    elif verbose:
+    elif verbose:  # Keras 2 counts its one class without labels ([""])
         say(f"Found {len(paths)} files belonging to {len(names or ())} classes.")
     if label_mode == "binary" and len(names or ()) != 2:
         raise ValueError(
@@ -179,15 +185,26 @@ def _indexed(
     class_names: Any,
     follow_links: bool,
     files: Any,
-) -> tuple[list[str], np.ndarray | None, list[str] | None]:
+    keras_line: int,
+) -> tuple[list[str], np.ndarray | None, list[Any] | None]:
     """The files in Keras's order, their labels and the class names."""
     if labels is None and class_names is not None:
         raise ValueError("`class_names` cannot be given with labels=None (no labels).")
     inferred = labels == "inferred"
+    sorted_folders = keras_line == 2 and inferred and class_names is not None
     paths, classes, names = dataset_index.index(
-        directory, inferred, class_names, follow_links, files
+        directory, inferred, None if sorted_folders else class_names, follow_links, files
     )
     found: np.ndarray | None = None
+    if sorted_folders:
+        if set(class_names) != set(names):
+            raise ValueError(
+                "The `class_names` passed did not match the names of the subdirectories of "
+                f"the target directory. Expected: {names}, but received: {class_names}"
+            )
+        place = {name: list(class_names).index(name) for name in names}
+        classes = [place[names[c]] for c in classes]
+        names = list(class_names)
     if inferred:
         found = np.asarray(classes, dtype="int32")
     elif labels is not None:
@@ -200,8 +217,12 @@ def _indexed(
         import tensorflow as tf
 
         found = tf.convert_to_tensor(list(labels)).numpy()  # the dtype Keras's labels get
-        names = [str(label) for label in sorted(set(labels))]
-    return paths, found, (None if found is None else names)
+        names = sorted(set(labels))
+        if keras_line == 3:
+            names = [str(label) for label in names]
+    if found is None:
+        return paths, None, [""] if keras_line == 2 else None
+    return paths, found, names
 
 
 def _split(
