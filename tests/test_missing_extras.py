@@ -112,3 +112,11 @@ def test_a_lakectl_local_folder_is_recorded_without_lakefs_spec(monkeypatch, tmp
     assert rk.pinned_urls(tmp_path / "data") == ["lakefs://repo/c0ffee/"]
     written = tmp_path / "dv.lakefs" / "all" / "repo" / "train" / ".lakefs_ref.yaml"
     assert rk.read_lakefs_ref(written) == {"src": "lakefs://repo/main/train/", "at_head": "c0ffee"}
+
+
+def test_format_grain_without_grain_names_the_extra(monkeypatch, tmp_path):
+    hide(monkeypatch, "grain")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.png").write_bytes(noise_png(0))
+    with pytest.raises(rk.MissingBackendError, match=r'pip install "remote-keras\[grain\]"'):
+        rk.image_dataset_from_directory(tmp_path, format="grain")

@@ -146,7 +146,7 @@ class EpochReader:
         indices = account.order[positions].copy()
         raising = self.files.options.on_error == "raise"
         for j, result in enumerate(results):
-            body = _body(self.urls[account.order[start + j]], result)
+            body = body_of(self.urls[account.order[start + j]], result)
             if not isinstance(body, BaseException):
                 account.bodies[start + j] = body  # until accounted: a decode failure's reason
             else:
@@ -214,7 +214,7 @@ class _Account:
         self.next = 0
 
 
-def _body(url: str, result: Any) -> bytes | BaseException:
+def body_of(url: str, result: Any) -> bytes | BaseException:
     """The encoded bytes a loader returned, or the failure (a read error, or not bytes)."""
     if isinstance(result, BaseException):
         return result

@@ -16,7 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from remote_keras.front_core import dataset_arguments, dataset_index, dataset_pipeline
+from remote_keras.front_core import (
+    dataset_arguments,
+    dataset_grain,
+    dataset_index,
+    dataset_pipeline,
+)
 from remote_keras.pipeline import sharding
 from remote_keras.pipeline.options import LoaderOptions
 from remote_keras.storage import locations
@@ -44,6 +49,7 @@ def make(
     say: Callable[[str], None],
     verbose: bool = True,
     keras_line: int = 3,
+    grain_arithmetic: dataset_grain.GrainArithmetic | None = None,
 ) -> Any:
     """The dataset (or, with `subset="both"`, the two) from checked arguments.
 
@@ -72,10 +78,15 @@ def make(
             (which must name every one) and labels each file by its folder's
             place in `class_names`; its `class_names` attribute is `[""]`
             without labels and the sorted labels with a list of them.
+        grain_arithmetic: Keras's ops for `format="grain"` (a `grain.IterDataset`
+            is made, without TensorFlow); `None` for a `tf.data.Dataset`.
 
     Returns:
-        A `tf.data.Dataset`, or a list of the training and validation ones.
+        A `tf.data.Dataset` (or `grain.IterDataset`), or a list of the
+        training and validation ones.
     """
+    if grain_arithmetic is not None:
+        dataset_grain.require()
     shard, keras_split = _shard(options)
     dataset_arguments.check_options(options)
     if keras_split > 1:
@@ -99,7 +110,9 @@ def make(
         seed = int(np.random.randint(1_000_000))  # as Keras draws it, even without shuffling
     files = dataset_pipeline.RemoteFiles(directory, options)
     read_from = files.pin(directory) if locations.is_url(directory) else directory
-    paths, labels, names = _indexed(read_from, labels, class_names, follow_links, files, keras_line)
+    paths, labels, names = _indexed(
+        read_from, labels, class_names, follow_links, files, keras_line, grain_arithmetic is None
+    )
     if verbose and labels is None and keras_line == 3:
         say(f"Found {len(paths)} files.")
     elif verbose:  # Keras 2 counts its one class without labels ([""])
@@ -122,7 +135,7 @@ def make(
         crop_to_aspect_ratio,
         pad_to_aspect_ratio,
     )
-    buffer = (batch_size * 8 if batch_size is not None else 1024) if shuffle else None
+    buffer = batch_size * 8 if batch_size is not None else 1024
     made = []
     for part in ("training", "validation") if subset == "both" else (subset,):
         part_paths, part_labels = _split(paths, labels, validation_split, part, say)
@@ -138,6 +151,30 @@ def make(
         shown = [_join(directory, rel) for rel in part_paths]
         urls = [_join(read_from, rel) for rel in part_paths]
         files.expect(urls)
+        part_shuffle = shuffle and (part != "validation" or subset != "both")
+        if grain_arithmetic is not None:
+            if keras_split > 1:
+                raise ValueError(
+                    'format="grain" with keras.distribution splitting the dataset '
+                    "(auto_shard_dataset=True) is not supported: pass "
+                    "DataParallel(auto_shard_dataset=False), and each process reads its share."
+                )
+            reader: Any = dataset_grain.GrainSamples(
+                files,
+                urls,
+                shown,
+                part_labels,
+                label_mode,
+                len(names) if names else 0,
+                channels,
+                grain_arithmetic,
+            )
+            dataset = dataset_grain.build(
+                reader, batch_size, part_shuffle, seed, grain_arithmetic.batch
+            )
+            _describe(dataset, names, urls, files, reader, directory, part)
+            made.append(dataset)
+            continue
         reader = dataset_pipeline.EpochReader(files, urls, shown, batch_size or 32)
         dataset = dataset_pipeline.build(
             reader,
@@ -146,7 +183,7 @@ def make(
             len(names) if names else 0,
             decode_args,
             batch_size,
-            buffer if part != "validation" or subset != "both" else None,
+            buffer if part_shuffle else None,
             seed,
             batch_size_visible=keras_split > 1,
         )
@@ -186,6 +223,7 @@ def _indexed(
     follow_links: bool,
     files: Any,
     keras_line: int,
+    tensorflow: bool,
 ) -> tuple[list[str], np.ndarray | None, list[Any] | None]:
     """The files in Keras's order, their labels and the class names."""
     if labels is None and class_names is not None:
@@ -214,9 +252,12 @@ def _indexed(
                 f"{len(labels)} labels for {len(paths)} image files in {directory!r}; pass one "
                 "label per file."
             )
-        import tensorflow as tf
+        if tensorflow:
+            import tensorflow as tf
 
-        found = tf.convert_to_tensor(list(labels)).numpy()  # the dtype Keras's labels get
+            found = tf.convert_to_tensor(list(labels)).numpy()  # the dtype Keras's labels get
+        else:  # grain: Keras's label op converts them
+            found = np.asarray(list(labels))
         names = sorted(set(labels))
         if keras_line == 3:
             names = [str(label) for label in names]
@@ -256,7 +297,7 @@ def _describe(
     names: list[str] | None,
     urls: list[str],
     files: dataset_pipeline.RemoteFiles,
-    reader: dataset_pipeline.EpochReader,
+    reader: dataset_pipeline.EpochReader | dataset_grain.GrainSamples,
     directory: str,
     subset: str | None,
 ) -> None:

@@ -15,6 +15,7 @@ import keras
 from typing_extensions import Unpack
 
 from remote_keras.front_core import dataset_arguments, image_dataset
+from remote_keras.keras3.grain_arithmetic import KerasGrainArithmetic
 from remote_keras.keras3.keras_src import print_msg
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
 
@@ -90,7 +91,10 @@ def image_dataset_from_directory(
             the target's aspect ratio.
         data_format: `"channels_last"` or `"channels_first"`; `None` for
             `keras.config.image_data_format()`.
-        format: `"tf"` (the only format supported here).
+        format: `"tf"` for a `tf.data.Dataset`, or `"grain"` for a
+            `grain.IterDataset` (needs the `grain` package; no TensorFlow), as
+            Keras 3.13 and later make: shuffled once with `seed` (every pass
+            has the same order), decoded by Pillow, resized by `keras.ops`.
         verbose: Print how many files and classes were found.
         options: A `LoaderOptions` to start from.
         **overrides: The package's options (`storage_options`, `loader`,
@@ -105,7 +109,8 @@ def image_dataset_from_directory(
             `use_multiprocessing=True` and `jpeg_draft=True` are refused.
 
     Returns:
-        A `tf.data.Dataset` of `images` or `(images, labels)` batches, with
+        A `tf.data.Dataset` (or `grain.IterDataset`) of `images` or
+        `(images, labels)` batches, with
         `class_names`, `file_paths`, `skipped`, `subset`, `directory` and
         `lakefs_pins` attributes (`write_data_version` and
         `DataVersionCallback` accept it) and `skip_passes(count)`, which
@@ -122,12 +127,15 @@ def image_dataset_from_directory(
     label_mode, labels, channels, size, interpolation = dataset_arguments.checked(
         labels, label_mode, class_names, color_mode, image_size, interpolation
     )
-    if format != "tf":
-        raise ValueError(
-            'remote_keras.image_dataset_from_directory returns a tf.data.Dataset (format="tf"); '
-            f"it does not support format={format!r}"
-        )
+    if format not in ("tf", "grain"):
+        raise ValueError(f'`format` should be either "tf" or "grain". Received: format={format!r}')
     dataset_arguments.check_split(validation_split, subset, shuffle, seed)
+    data_format = dataset_arguments.data_format(data_format, keras.config.image_data_format())
+    arithmetic = None
+    if format == "grain":
+        arithmetic = KerasGrainArithmetic(
+            size, interpolation, data_format, crop_to_aspect_ratio, pad_to_aspect_ratio
+        )
     return image_dataset.make(
         os.fspath(directory),
         labels=labels,
@@ -144,8 +152,9 @@ def image_dataset_from_directory(
         follow_links=follow_links,
         crop_to_aspect_ratio=crop_to_aspect_ratio,
         pad_to_aspect_ratio=pad_to_aspect_ratio,
-        data_format=dataset_arguments.data_format(data_format, keras.config.image_data_format()),
+        data_format=data_format,
         options=opts,
         say=print_msg,
         verbose=verbose,
+        grain_arithmetic=arithmetic,
     )

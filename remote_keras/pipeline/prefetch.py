@@ -305,3 +305,21 @@ class DaemonExecutor(Executor):
         if wait:
             for thread in threads:
                 thread.join()
+
+
+class InlineExecutor(Executor):
+    """Runs each task in the thread that submits it: for callers that are pool threads already.
+
+    grain's read threads each fetch one file: a pool of their own would only add
+    a thread hop per file, and threads to shut down. A request's time is then
+    bounded by the loader's client timeout alone.
+    """
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        future: Future = Future()
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed to whoever waits, as in Executor
+            future.set_exception(exc)
+        return future

@@ -1,0 +1,151 @@
+"""The grain pipeline of `image_dataset_from_directory(format="grain")`: no TensorFlow.
+
+Keras's grain path (Keras 3.13 and later) makes a `grain.MapDataset` of the
+file paths (zipped with the labels), shuffles it once with `seed`, maps each
+element to its decoded image, and batches the `IterDataset` it becomes. Here
+the elements are the sample indices, shuffled with the same
+`MapDataset.shuffle`, so the order is Keras's; each element is fetched through
+the package's `ReadEngine` (retries, cache, checksums, lakeFS pins), decoded by
+Pillow with Keras's colour conversion (`pipeline.decoding`) and resized by the
+front's `GrainArithmetic`, Keras's own ops. grain's read threads
+(`ReadOptions`) give the concurrency and the look-ahead: `max_in_flight`
+elements at once, `prefetch_batches` batches ahead. With `on_error="skip"` a
+file that cannot be read or decoded becomes `None`, which grain's iterator
+leaves out (later samples fill the batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from remote_keras import errors
+from remote_keras.front_core.dataset_pipeline import RemoteFiles, body_of
+from remote_keras.pipeline.decoding import decode_image
+from remote_keras.pipeline.prefetch import InlineExecutor
+from remote_keras.pipeline.skips import SkipLog
+
+_COLOR_MODES = {1: "grayscale", 3: "rgb", 4: "rgba"}
+_FATE = "are left out of the stream (later samples fill the batch) and listed in `dataset.skipped`"
+
+
+class GrainArithmetic(Protocol):
+    """What the Keras front computes with Keras's ops, as its grain path does."""
+
+    def image(self, pixels: np.ndarray) -> Any:
+        """The decoded `(height, width[, channels])` array to the resized image tensor."""
+
+    def label(self, value: Any, label_mode: str, num_classes: int) -> Any:
+        """One label (class index or given label) to its tensor for `label_mode`."""
+
+    def batch(self, values: Sequence[Any]) -> Any:
+        """Elements stacked into a batch."""
+
+
+class GrainSamples:
+    """Reads and decodes one subset's samples, one element at a time (grain calls it).
+
+    Args:
+        files: The dataset's engine.
+        urls: The URLs read (pinned), one per sample.
+        shown: The paths named in errors and `skipped`.
+        labels: One label per sample, or `None`.
+        label_mode: `"int"`, `"categorical"`, `"binary"` or `None`.
+        num_classes: Classes, for `"categorical"`.
+        channels: 1, 3 or 4.
+        arithmetic: The front's Keras ops.
+    """
+
+    def __init__(
+        self,
+        files: RemoteFiles,
+        urls: list[str],
+        shown: list[str],
+        labels: np.ndarray | None,
+        label_mode: str | None,
+        num_classes: int,
+        channels: int,
+        arithmetic: GrainArithmetic,
+    ) -> None:
+        self.files, self.urls, self.shown, self.labels = files, urls, shown, labels
+        self.label_mode, self.num_classes = label_mode or "int", num_classes
+        self.color_mode = _COLOR_MODES[channels]
+        self.arithmetic = arithmetic
+        self.requests = InlineExecutor()  # grain's read threads are the concurrency
+        self.skips = SkipLog()
+
+    def __call__(self, index: int) -> Any:
+        """The element of sample `index`: its image, or `(image, label)`; `None` if skipped.
+
+        Raises:
+            ImageLoadError: (or the read's own error) with `on_error="raise"`.
+            ImageDecodeError: Pillow cannot decode the file, with `on_error="raise"`.
+        """
+        index = int(index)
+        url = self.urls[index]
+        try:
+            [result] = self.files.fetch([url], self.requests)
+            body = body_of(url, result)
+            if isinstance(body, BaseException):
+                raise body
+            pixels = np.array(decode_image(body, self.shown[index], self.color_mode))
+        except Exception as exc:
+            if self.files.options.on_error == "raise":
+                raise
+            reason = f"{type(exc).__name__}: {exc}"
+            self.skips.add(errors.redact(self.shown[index]), reason, fate=_FATE)
+            return None
+        image = self.arithmetic.image(pixels)
+        if self.labels is None:
+            return image
+        return image, self.arithmetic.label(self.labels[index], self.label_mode, self.num_classes)
+
+
+def require() -> None:
+    """Checks that grain is installed.
+
+    Raises:
+        MissingBackendError: it is not, naming the extra that installs it.
+    """
+    try:
+        import grain  # noqa: F401
+    except ImportError as exc:
+        raise errors.MissingBackendError(
+            f'format="grain" needs the grain package ({exc}). Fix: pip install '
+            "\"remote-keras[grain]\" (in a clone of remote_keras: pip install '.[grain]')"
+        ) from exc
+
+
+def build(
+    samples: GrainSamples,
+    batch_size: int | None,
+    shuffle: bool,
+    seed: int,
+    make_batch: Callable[[Sequence[Any]], Any],
+) -> Any:
+    """The `grain.IterDataset` of one subset: Keras's order, fetched ahead, batched.
+
+    Args:
+        samples: Reads each element.
+        batch_size: Samples per batch; `None` for single samples.
+        shuffle: Whether to shuffle the elements once with `seed` (Keras's
+            `MapDataset.shuffle`; every pass has the same order, as there).
+        seed: The shuffle's seed.
+        make_batch: Stacks a batch's elements.
+    """
+    import grain
+
+    options = samples.files.options
+    elements = grain.MapDataset.range(len(samples.urls))
+    if shuffle:
+        elements = elements.shuffle(seed=seed)
+    ahead = max(1, options.prefetch_batches) * (batch_size or 32)
+    read = grain.ReadOptions(
+        num_threads=max(1, min(options.max_in_flight, ahead)), prefetch_buffer_size=ahead
+    )
+    dataset = elements.map(samples).to_iter_dataset(read)
+    if batch_size is not None:
+        dataset = dataset.batch(batch_size, batch_fn=make_batch)
+    return dataset
