@@ -12,7 +12,11 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
+import textwrap
 import uuid
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -274,6 +278,43 @@ def test_lakefs_equals_keras_and_records_the_commit(image_dir, tmp_path):
         assert entry["commit_id"] == commit and entry["paths"] == ["train/"]
         assert json.loads((tmp_path / "data_version.json").read_text()) == record
         assert rk.pinned_urls(record) == [f"lakefs://{name}/{commit}/train/"]
+
+
+@pytest.mark.slow
+def test_op_determinism_logs_no_tensorflow_error_and_keeps_keras_batches(image_dir, tmp_path):
+    # Under enable_op_determinism, TensorFlow rewrote the dataset's parallel map after its
+    # generator into a sequential one, logging an error-level "NodeDef mentions attribute
+    # use_unbounded_threadpool" line that Keras's function does not.
+    local, _ = image_dir
+    script = textwrap.dedent(
+        f"""
+        import numpy as np, tensorflow as tf, keras
+        import remote_keras as rk
+        tf.config.experimental.enable_op_determinism()
+        kwargs = dict(image_size=(6, 6), batch_size=4, seed=3)
+        stock = keras.utils.image_dataset_from_directory({local!r}, **kwargs)
+        ours = rk.image_dataset_from_directory({local!r}, **kwargs)
+        for (a, b), (c, d) in zip(stock, ours):
+            assert np.array_equal(a, c) and np.array_equal(b, d)
+        print("equal")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=dict(
+            os.environ,
+            PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+            TF_CPP_MIN_LOG_LEVEL="0",
+        ),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == "equal"
+    assert "use_unbounded_threadpool" not in result.stderr
+    assert not re.search(r"^E\d{4} .*node_def_util", result.stderr, re.M), result.stderr[-3000:]
 
 
 @pytest.mark.slow

@@ -303,6 +303,18 @@ def decode_resize(
     return image
 
 
+def _op_determinism() -> bool:
+    """Whether `tf.config.experimental.enable_op_determinism()` was called.
+
+    TensorFlow has no public getter: its `config.is_op_determinism_enabled`
+    (TensorFlow 2.8 to 2.21 at least) is read where it exists.
+    """
+    from tensorflow.python.framework import config
+
+    enabled = getattr(config, "is_op_determinism_enabled", None)
+    return bool(enabled()) if callable(enabled) else False
+
+
 def build(
     reader: EpochReader,
     labels: np.ndarray | None,
@@ -384,7 +396,10 @@ def build(
         )
         return kept if len(kept) > 1 else kept[0]
 
-    decoded = samples.map(decode, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors()
+    # Under op determinism TensorFlow makes a parallel map after the generator sequential
+    # anyway, and logs an error-level line as it rewrites it (`use_unbounded_threadpool`).
+    parallel = None if _op_determinism() else tf.data.AUTOTUNE
+    decoded = samples.map(decode, num_parallel_calls=parallel).ignore_errors()
     batches = decoded.batch(batch_size or reader.chunk).map(account)
     batches = batches.filter(lambda first, *rest: tf.shape(first)[0] > 0)
     if batch_size is None:
