@@ -386,7 +386,7 @@ def test_one_process_distribution_reads_everything(image_dir, recwarn):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(format="grain"), "format"),
+        (dict(format="torch"), "format"),
         (dict(label_mode="binary"), "exactly 2"),
         (dict(use_multiprocessing=True), "use_multiprocessing"),
         (dict(jpeg_draft=True), "jpeg_draft"),

@@ -114,4 +114,4 @@ class DataFrameCore(RemoteBatchCore):
             self._path_prefix = paths.prefix
         else:
             self._known_paths = {n: p for n, p in zip(names, paths) if p is not None}
-        return df[listing.valid_rows(self, paths, x_col)]
+        return df[listing.valid_rows(self._listing_scope(), paths, x_col)]

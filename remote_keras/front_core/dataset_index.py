@@ -17,6 +17,7 @@ import posixpath
 from collections.abc import Sequence
 from typing import Any
 
+from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.storage import listing, locations
 
 # The extensions Keras's `image_dataset_from_directory` reads (compared in lower case).
@@ -28,7 +29,7 @@ def index(
     inferred: bool,
     class_names: Sequence[str] | None,
     follow_links: bool,
-    source: Any,
+    source: ReadEngine,
 ) -> tuple[list[str], list[int], list[str]]:
     """Lists `directory` into relative file paths in Keras's order, and their class indices.
 
@@ -38,7 +39,7 @@ def index(
             otherwise every image below `directory` is read, with class 0.
         class_names: The class folders to read, in label order; by default all, sorted.
         follow_links: Walk into symbolic links to folders (local folders only).
-        source: What lists a URL (`dataset_pipeline.RemoteFiles`).
+        source: The dataset's engine, which lists a URL.
 
     Returns:
         `(relative paths, class index per path, class folder names)`; the
@@ -92,10 +93,10 @@ def _local_tree(directory: str, follow_links: bool) -> tuple[list[str], Any]:
     return folders, files_of
 
 
-def _url_tree(url: str, inferred: bool, source: Any) -> tuple[list[str], Any]:
+def _url_tree(url: str, inferred: bool, source: ReadEngine) -> tuple[list[str], Any]:
     """The class folders below `url` (one listing), and a function giving one folder's images."""
     by_folder: dict[str, list[str]] = {"": []}
-    for entry in listing.tree(source, url):
+    for entry in listing.tree(source.listing_scope(), url):
         top, _, rest = entry.partition("/")
         if inferred and (rest or entry.endswith("/")):  # a folder marker makes an empty class
             files = by_folder.setdefault(top, [])

@@ -55,23 +55,16 @@ _KEPT_EPOCHS = 8  # epochs whose account is kept (passes abandoned half-way are 
 
 
 class RemoteFiles(ReadEngine):
-    """One dataset's `ReadEngine`, with the folder the package's listing reads.
+    """One dataset's `ReadEngine`, with the folder it reads.
 
     Args:
         directory: The folder as the user named it (`loader="auto"` chooses by it).
         options: The package's options.
     """
 
-    image_data_generator = None  # the listing shares nothing between subsets here
-
     def __init__(self, directory: str, options: LoaderOptions) -> None:
         super().__init__(options, directory)
         self.directory = directory
-
-    @property
-    def engine(self) -> ReadEngine:
-        """Itself: what the listing reads through, as on the iterators."""
-        return self
 
 
 class EpochReader:

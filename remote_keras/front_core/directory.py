@@ -104,8 +104,8 @@ def init_from_listing(it: Any, directory: str, image_data_generator: Any, **kw: 
         )
     it.class_mode = kw["class_mode"]
     it.dtype = kw["dtype"] or it._keras_floatx()
-    it.filenames, it.classes, it.class_indices = listing.list_classes(
-        it, directory, kw["classes"], it.split
+    it.filenames, it.classes, it.class_indices, it._path_prefix = listing.list_classes(
+        it._listing_scope(), directory, kw["classes"], it.split
     )
     it.num_classes = len(kw["classes"] or it.class_indices)
     it.samples = len(it._filenames)

@@ -12,6 +12,7 @@ from remote_keras.storage import compact, locations
 from remote_keras.storage.cache import DiskCache
 from remote_keras.storage.compact import PrefixedPaths
 from remote_keras.storage.lakefs import LakeFSPin
+from remote_keras.storage.listing import IMAGE_FORMATS, ListingScope
 
 
 class FilesMixin:
@@ -28,6 +29,17 @@ class FilesMixin:
     _filepaths: Sequence[str]
     _known_paths: dict[str, str]
     _path_prefix: str | None
+
+    def _listing_scope(self) -> ListingScope:
+        """What this iterator's listings and row checks read through, and share."""
+        pools: Any = getattr(self, "_pools", None)
+        return self.engine.listing_scope(
+            directory=self.directory,
+            generator=getattr(self, "image_data_generator", None),
+            subset=getattr(self, "subset", None),
+            formats=getattr(self, "white_list_formats", IMAGE_FORMATS),
+            checks=(lambda: pools.get("fetch")) if pools is not None else None,
+        )
 
     @property
     def loader(self) -> Any:

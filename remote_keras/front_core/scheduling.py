@@ -19,6 +19,7 @@ from remote_keras.pipeline.epochs import BatchPlan, EpochPlanner
 from remote_keras.pipeline.options import LoaderOptions
 from remote_keras.pipeline.prefetch import Prefetcher, WorkerPools
 from remote_keras.pipeline.stats import HandoffLog
+from remote_keras.storage import saving
 
 
 class SchedulingMixin:
@@ -105,7 +106,27 @@ class SchedulingMixin:
         return batch
 
     def _assemble(self, plan: BatchPlan, batch_x: np.ndarray) -> batches.Batch:
-        return batches.assemble(self, plan, batch_x)
+        it: Any = self
+        targets = batches.Targets(
+            it.class_mode,
+            getattr(it, "classes", None),
+            len(getattr(it, "class_indices", ()) or ()),
+            it.dtype,
+            getattr(it, "labels", None),
+            getattr(it, "sample_weight", None),
+        )
+        save_to = None
+        if it.save_to_dir:
+            target = saving.SaveTarget(
+                it.save_to_dir,
+                it.save_format,
+                it.filesystems,
+                it.options.retry_policy,
+                lambda: it._pools.get("fetch"),
+            )
+            floatx = it.batch_pixels().floatx
+            save_to = batches.SaveTo(target, it.save_prefix, it.data_format, floatx)
+        return batches.assemble(targets, plan, batch_x, save_to)
 
     def _ahead(
         self, epoch: int, order: Sequence[int], idx: int, previous: int | None, length: int

@@ -206,36 +206,77 @@ def _sample(
     stats.add(decode_s=time.perf_counter() - start, images=1)
 
 
-def assemble(it: Any, plan: BatchPlan, batch_x: np.ndarray) -> Batch:
-    """Saves the samples if `save_to_dir` is set and pairs the images with their labels."""
+@dataclasses.dataclass(frozen=True)
+class Targets:
+    """What a batch's labels are made from: Keras's `class_mode` and the label arrays.
+
+    Attributes:
+        class_mode: Keras's `class_mode` (`None`: images only).
+        classes: Class index per sample (`"binary"`, `"sparse"`, `"categorical"`).
+        num_classes: Columns of a `"categorical"` one-hot label.
+        dtype: The labels' dtype.
+        labels: Per-sample values (`"raw"`), or one array per output (`"multi_output"`).
+        sample_weight: Per-sample weights, or `None`.
+    """
+
+    class_mode: str | None
+    classes: Any = None
+    num_classes: int = 0
+    dtype: str = "float32"
+    labels: Any = None
+    sample_weight: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SaveTo:
+    """Where and how `save_to_dir` writes a batch's samples.
+
+    Attributes:
+        target: Where files are written (`storage.saving.SaveTarget`).
+        prefix: Keras's `save_prefix`.
+        data_format: The images' data format.
+        floatx: The images' dtype.
+    """
+
+    target: saving.SaveTarget
+    prefix: str
+    data_format: str
+    floatx: str
+
+
+def assemble(
+    targets: Targets, plan: BatchPlan, batch_x: np.ndarray, save_to: SaveTo | None = None
+) -> Batch:
+    """Saves the samples (with `save_to`) and pairs the images with their labels."""
     indices = plan.indices
     batch_y: Any
-    if it.save_to_dir:
-        _save(it, plan, batch_x)
-    if it.class_mode == "input":
+    if save_to is not None:
+        _save(save_to, plan, batch_x)
+    mode = targets.class_mode
+    if mode == "input":
         batch_y = batch_x.copy()
-    elif it.class_mode in {"binary", "sparse"}:
-        batch_y = np.asarray([it.classes[j] for j in indices], dtype=it.dtype)
-    elif it.class_mode == "categorical":
-        batch_y = np.zeros((len(batch_x), len(it.class_indices)), dtype=it.dtype)
+    elif mode in {"binary", "sparse"}:
+        batch_y = np.asarray([targets.classes[j] for j in indices], dtype=targets.dtype)
+    elif mode == "categorical":
+        batch_y = np.zeros((len(batch_x), targets.num_classes), dtype=targets.dtype)
         for i, j in enumerate(indices):
-            batch_y[i, it.classes[j]] = 1.0
-    elif it.class_mode == "multi_output":
-        batch_y = [output[indices] for output in it.labels]
-    elif it.class_mode == "raw":
-        batch_y = it.labels[indices]
+            batch_y[i, targets.classes[j]] = 1.0
+    elif mode == "multi_output":
+        batch_y = [output[indices] for output in targets.labels]
+    elif mode == "raw":
+        batch_y = targets.labels[indices]
     else:
         return batch_x
-    if it.sample_weight is None:
+    if targets.sample_weight is None:
         return batch_x, batch_y
-    return batch_x, batch_y, it.sample_weight[indices]
+    return batch_x, batch_y, targets.sample_weight[indices]
 
 
-def _save(it: Any, plan: BatchPlan, batch_x: np.ndarray) -> None:
+def _save(save_to: SaveTo, plan: BatchPlan, batch_x: np.ndarray) -> None:
     hashes = plan.save_hashes or [0] * len(plan.indices)
-    floatx = it.batch_pixels().floatx
-    images = [array_to_img(x, it.data_format, scale=True, dtype=floatx) for x in batch_x]
-    names = [
-        f"{it.save_prefix}_{j}_{hashes[i]}.{it.save_format}" for i, j in enumerate(plan.indices)
+    images = [
+        array_to_img(x, save_to.data_format, scale=True, dtype=save_to.floatx) for x in batch_x
     ]
-    saving.save(it, images, names)
+    fmt = save_to.target.format
+    names = [f"{save_to.prefix}_{j}_{hashes[i]}.{fmt}" for i, j in enumerate(plan.indices)]
+    saving.save(save_to.target, images, names)

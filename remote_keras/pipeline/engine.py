@@ -10,7 +10,7 @@ skipped samples, all built from one `LoaderOptions`. Keras-free.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
@@ -21,6 +21,7 @@ from remote_keras.pipeline.stats import StatsRecorder
 from remote_keras.storage import locations, presign
 from remote_keras.storage.cache import DiskCache
 from remote_keras.storage.lakefs import Pinner
+from remote_keras.storage.listing import IMAGE_FORMATS, ListingScope
 from remote_keras.storage.loaders import Loader, choose_loader, make_loader
 
 
@@ -75,6 +76,36 @@ class ReadEngine:
     def pin(self, url: str) -> str:
         """`url` at its lakeFS commit (other URLs and paths unchanged)."""
         return self.pinner.pin(url)
+
+    def listing_scope(
+        self,
+        directory: Any = None,
+        generator: Any = None,
+        subset: str | None = None,
+        formats: Sequence[str] = IMAGE_FORMATS,
+        checks: Callable[[], Executor] | None = None,
+    ) -> ListingScope:
+        """What this dataset's listings read through (see `storage.listing.ListingScope`).
+
+        Args:
+            directory: The folder dataframe rows are relative to.
+            generator: The `ImageDataGenerator` whose other subset may reuse
+                a listing, or `None`.
+            subset: `"training"`, `"validation"` or `None`.
+            formats: The file extensions kept.
+            checks: Gives the threads for a custom loader's `exists`.
+        """
+        return ListingScope(
+            self.options,
+            self.filesystems,
+            self.pin,
+            self.loader,
+            tuple(formats),
+            generator,
+            subset,
+            directory,
+            checks,
+        )
 
     @property
     def lakefs_pins(self) -> list[Any]:

@@ -186,7 +186,10 @@ class BatchReader:
         with self.engine.stats.busy("wait_s"):
             plan, batch_x = future.result()
         self.engine.stats.add(batches=1)
-        return batches.assemble(self, plan, batch_x)
+        targets = batches.Targets(
+            self.class_mode, self.classes, len(self.class_indices), self.dtype, self.labels
+        )
+        return batches.assemble(targets, plan, batch_x)
 
     def _task_maker(self, epoch: int, index: int) -> Any:
         def make() -> Any:

@@ -11,11 +11,13 @@ listings at a commit from disk.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 import warnings
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
+from typing import Any, Literal, Protocol
 
 import fsspec
 import numpy as np
@@ -30,37 +32,81 @@ from remote_keras.storage.progress import progress_bar
 IMAGE_FORMATS = ("png", "jpg", "jpeg", "bmp", "ppm", "tif", "tiff")
 
 
+class ListingOptions(Protocol):
+    """The options a listing reads (the fields of `remote_keras.LoaderOptions` it uses)."""
+
+    @property
+    def progress(self) -> bool: ...
+    @property
+    def storage_options(self) -> Mapping[str, Any] | None: ...
+    @property
+    def listing_cache_s(self) -> float | None: ...
+    @property
+    def listing_cache_dir(self) -> str | os.PathLike[str] | Literal[False] | None: ...
+    @property
+    def cache_dir(self) -> str | os.PathLike[str] | None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ListingScope:
+    """What one dataset's listings read through, and whom they share results with.
+
+    Attributes:
+        options: The dataset's options (progress bars, listing cache).
+        filesystems: The fsspec filesystems listings go through.
+        pin: Rewrites a URL to the commit it is read at (lakeFS; others unchanged).
+        loader: The dataset's loader: a custom one's `exists(path)` checks rows.
+        formats: The file extensions kept.
+        generator: The `ImageDataGenerator` whose other subset may reuse a
+            listing or check, or `None` (nothing shared).
+        subset: `"training"`, `"validation"` or `None`.
+        directory: The folder dataframe rows are relative to, or `None`.
+        checks: Gives the threads for a custom loader's `exists` (one call
+            per row); `None` checks the rows one after another.
+    """
+
+    options: ListingOptions
+    filesystems: locations.FileSystems
+    pin: Callable[[str], str]
+    loader: Any = None
+    formats: tuple[str, ...] = IMAGE_FORMATS
+    generator: Any = None
+    subset: str | None = None
+    directory: Any = None
+    checks: Callable[[], Executor] | None = None
+
+
 def list_classes(
-    it: Any,
+    scope: ListingScope,
     directory: str,
     classes: list[str] | None = None,
     split: tuple[float, float] | None = None,
-) -> tuple[PackedNames, np.ndarray, dict[str, int]]:
+) -> tuple[PackedNames, np.ndarray, dict[str, int], str]:
     """Lists `directory`'s class folders as Keras's `DirectoryIterator.__init__` walks them.
 
     Classes, file order (sorted as `os.walk` would give them) and `subset`
     splits are stock. A folder-marker object (`name/`, zero bytes, as the S3
     console, MinIO and lakeFS make) makes `name` a class even when empty, as
     an empty local folder does; an empty folder without one is invisible to
-    a listing. Reads `it.options`, `it.filesystems`, `it.engine`,
-    `it.image_data_generator` and `it.subset` (to share the listing between
-    subsets) and `it.white_list_formats` (default `IMAGE_FORMATS`); sets
-    `it._path_prefix`, which the paths read are the names joined to.
+    a listing, shared with the other subset of the same generator.
 
     Args:
-        it: The iterator (or `reader.BatchReader`) the listing is for.
+        scope: What the listing reads through.
         directory: The folder's URL.
         classes: The class folders to read, in label order; by default all, sorted.
         split: The `(start, stop)` fractions of each class's files to keep.
 
     Returns:
-        `(filenames, labels, class_indices)`: file names relative to
+        `(filenames, labels, class_indices, prefix)`: file names relative to
         `directory` (packed: a sequence that compares equal to their list),
-        their labels as `int32`, and the classes' indices.
+        their labels as `int32`, the classes' indices, and the pinned folder
+        (ending in `/`) each path read is a name joined to.
     """
-    pinned = it.engine.pin(directory)
-    with progress_bar(f"Listing {errors.redact(directory)}", it.options.progress, "objects") as bar:
-        entries = _tree(it, pinned, bar)
+    pinned = scope.pin(directory)
+    with progress_bar(
+        f"Listing {errors.redact(directory)}", scope.options.progress, "objects"
+    ) as bar:
+        entries = _tree(scope, pinned, bar)
     by_class: dict[str, list[str]] = {}
     for entry in entries:
         top, _, rest = entry.partition("/")
@@ -70,51 +116,50 @@ def list_classes(
                 by_class[top].append(entry)
     names = list(classes or sorted(by_class))
     class_indices = dict(zip(names, range(len(names))))
-    formats = tuple(getattr(it, "white_list_formats", IMAGE_FORMATS))
     filenames: list[str] = []
     labels: list[int] = []
     for name in names:
-        files = ordered_like_os_walk(by_class.get(name, []), formats)
+        files = ordered_like_os_walk(by_class.get(name, []), scope.formats)
         if split:
             start, stop = int(split[0] * len(files)), int(split[1] * len(files))
             files = files[start:stop]
         filenames += files
         labels += [class_indices[name]] * len(files)
     # Every path is `<pinned folder>/<name>`: held as that prefix and the names, not N URLs.
-    it._path_prefix = pinned.rstrip("/") + "/"
-    return PackedNames(filenames), np.asarray(labels, dtype="int32"), class_indices
+    prefix = pinned.rstrip("/") + "/"
+    return PackedNames(filenames), np.asarray(labels, dtype="int32"), class_indices, prefix
 
 
-def tree(it: Any, url: str) -> list[str]:
+def tree(scope: ListingScope, url: str) -> list[str]:
     """Every object below `url`, relative to it, from one listing (or the listing cache).
 
     Folder markers (and, from backends other than S3 and lakeFS, folders)
-    end with `/`. Reads `it.options` and `it.filesystems`; `url` should be
-    pinned already (a lakeFS listing at a commit is cached on disk).
+    end with `/`. `url` should be pinned already (a lakeFS listing at a
+    commit is cached on disk).
 
     Raises:
         FileNotFoundError: nothing exists under `url`.
     """
-    with progress_bar(f"Listing {errors.redact(url)}", it.options.progress, "objects") as bar:
-        return _tree(it, url, bar)
+    with progress_bar(f"Listing {errors.redact(url)}", scope.options.progress, "objects") as bar:
+        return _tree(scope, url, bar)
 
 
-def _tree(it: Any, url: str, bar: Any) -> list[str]:
+def _tree(scope: ListingScope, url: str, bar: Any) -> list[str]:
     """The objects below `url` (pinned), from another subset's listing, the disk or a listing.
 
     See `remote_keras.storage.listing_cache` for what is reused when.
     """
-    options = it.options
-    generator, subset = it.image_data_generator, getattr(it, "subset", None)
+    options = scope.options
+    generator, subset = scope.generator, scope.subset
     share_key = listing_cache.fingerprint("tree", url, options.storage_options)
     entries = listing_cache.shared(generator, share_key, subset)
     if entries is None:
         immutable = lakefs.is_lakefs(url)  # pinned: a commit, which never changes
         directory = listing_cache.folder(options)
         max_age = options.listing_cache_s
-        key = listing_cache.fingerprint("tree", _store(it, url), url)
+        key = listing_cache.fingerprint("tree", _store(scope, url), url)
         entries, from_disk = listing_cache.cached_listing(
-            lambda: locations.walk_files(url, it.filesystems, bar),
+            lambda: locations.walk_files(url, scope.filesystems, bar),
             key,
             directory,
             max_age,
@@ -128,12 +173,12 @@ def _tree(it: Any, url: str, bar: Any) -> list[str]:
     return entries
 
 
-def _store(it: Any, url: str) -> Any:
+def _store(scope: ListingScope, url: str) -> Any:
     """What names the store `url` is on, for cache keys: endpoint and protocol, no secrets."""
     if lakefs.is_lakefs(url):
-        fs, _ = it.filesystems.resolve(url)
+        fs, _ = scope.filesystems.resolve(url)
         return getattr(getattr(getattr(fs, "client", None), "config", None), "host", None)
-    return [locations.protocol_of(url), listing_cache.where(it.options.storage_options)]
+    return [locations.protocol_of(url), listing_cache.where(scope.options.storage_options)]
 
 
 def ordered_like_os_walk(files: list[str], formats: tuple[str, ...]) -> list[str]:
@@ -154,7 +199,7 @@ def ordered_like_os_walk(files: list[str], formats: tuple[str, ...]) -> list[str
     return kept
 
 
-def valid_rows(it: Any, paths: Sequence[str | None], x_col: str) -> np.ndarray:
+def valid_rows(scope: ListingScope, paths: Sequence[str | None], x_col: str) -> np.ndarray:
     """Which rows name an existing file with an image extension, as a boolean mask.
 
     Rows whose path is `None` (see `row_url`) are invalid without a request.
@@ -162,11 +207,11 @@ def valid_rows(it: Any, paths: Sequence[str | None], x_col: str) -> np.ndarray:
     """
     asked = paths if isinstance(paths, PrefixedPaths) else [p for p in paths if p is not None]
     with progress_bar(
-        f"Checking {len(asked)} files", it.options.progress, "files", total=len(asked)
+        f"Checking {len(asked)} files", scope.options.progress, "files", total=len(asked)
     ) as bar:
-        found = iter(_existing(it, asked, bar))
+        found = iter(_existing(scope, asked, bar))
     exists = [path is not None and next(found) for path in paths]
-    formats = tuple(getattr(it, "white_list_formats", IMAGE_FORMATS))
+    formats = scope.formats
     mask = np.array(
         [ok and str(path).lower().endswith(formats) for path, ok in zip(paths, exists)],
         dtype=bool,
@@ -264,7 +309,7 @@ def _without_dot_segments(url: str) -> str | None:
     return f"{scheme}://{root}/" + "/".join(parts)
 
 
-def _existing(it: Any, paths: Sequence[str], bar: Any) -> list[bool]:
+def _existing(scope: ListingScope, paths: Sequence[str], bar: Any) -> list[bool]:
     """Which of `paths` exist: asked of a custom loader's `exists`, else listed by fsspec.
 
     Raises:
@@ -272,10 +317,11 @@ def _existing(it: Any, paths: Sequence[str], bar: Any) -> list[bool]:
             into, does not exist.
         ValueError: a protocol fsspec does not know, with the default loader.
     """
-    exists = getattr(it.loader, "exists", None)
-    custom = not isinstance(it.loader, (FsspecLoader, ObstoreLoader))
+    exists = getattr(scope.loader, "exists", None)
+    custom = not isinstance(scope.loader, (FsspecLoader, ObstoreLoader))
     if callable(exists) and custom:
-        return list(it._pools.get("fetch").map(_exists_by(exists, bar), paths))
+        check = _exists_by(exists, bar)
+        return list(scope.checks().map(check, paths) if scope.checks else map(check, paths))
     unknown = sorted(
         {locations.protocol_of(p) for p in paths if locations.is_url(p)}
         - set(fsspec.available_protocols())
@@ -290,32 +336,36 @@ def _existing(it: Any, paths: Sequence[str], bar: Any) -> list[bool]:
             stacklevel=5,
         )
         return [True] * len(paths)
-    generator, subset = it.image_data_generator, getattr(it, "subset", None)
+    generator, subset = scope.generator, scope.subset
     if generator is None or subset is None:
-        return _listed(it, paths, bar)
+        return _listed(scope, paths, bar)
     share_key = listing_cache.fingerprint(
-        "exists", len(paths), hash(tuple(paths)), str(it.directory), it.options.storage_options
+        "exists",
+        len(paths),
+        hash(tuple(paths)),
+        str(scope.directory),
+        scope.options.storage_options,
     )
     known = listing_cache.shared(generator, share_key, subset)
     if known is not None:  # the other subset of this dataframe checked the same paths
         if bar is not None:
             bar.update(len(paths))
         return [bool(flag) for flag in known]
-    found = _listed(it, paths, bar)
+    found = _listed(scope, paths, bar)
     listing_cache.share(generator, share_key, subset, bytes(found))
     return found
 
 
-def _listed(it: Any, paths: Sequence[str], bar: Any) -> list[bool]:
+def _listed(scope: ListingScope, paths: Sequence[str], bar: Any) -> list[bool]:
     """Which of `paths` exist, by listing their folders (`existence.existing`)."""
-    if locations.is_url(str(it.directory)):
-        directory = it.engine.pin(str(it.directory))
-        fs, root = it.filesystems.resolve(directory)
+    if locations.is_url(str(scope.directory)):
+        directory = scope.pin(str(scope.directory))
+        fs, root = scope.filesystems.resolve(directory)
         with errors.reading(directory):
             there = fs.exists(root)
         if not there:
             raise FileNotFoundError(f"No such directory: {errors.redact(directory)!r}")
-    found, missing = existence.existing(paths, it.filesystems, bar)
+    found, missing = existence.existing(paths, scope.filesystems, bar)
     if missing:
         shown = ", ".join(repr(errors.redact(url)) for url in missing[:5])
         raise FileNotFoundError(

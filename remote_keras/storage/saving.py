@@ -12,10 +12,12 @@ transient failure, tried again until `deadline_s`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -43,13 +45,32 @@ def check_save_prefix(save_to_dir: Any, save_prefix: Any) -> None:
         )
 
 
-def save(it: Any, images: Sequence[Any], names: Sequence[str]) -> None:
-    """Writes `images` (PIL images) as `names` in `it.save_to_dir`.
+@dataclasses.dataclass(frozen=True)
+class SaveTarget:
+    """Where `save_to_dir` writes, and what writes it.
+
+    Attributes:
+        directory: Keras's `save_to_dir`: a local folder or a URL.
+        format: Keras's `save_format` (`"png"`, `"jpeg"`, ...).
+        filesystems: The fsspec filesystems a URL is written through.
+        policy: Retries and timeouts of each PUT (`retry.RetryPolicy`).
+        executor: Gives the threads the PUTs run on.
+    """
+
+    directory: str | os.PathLike[str]
+    format: str
+    filesystems: locations.FileSystems
+    policy: retry.RetryPolicy
+    executor: Callable[[], Executor]
+
+
+def save(target: SaveTarget, images: Sequence[Any], names: Sequence[str]) -> None:
+    """Writes `images` (PIL images) as `names` in `target.directory`.
 
     Raises:
         OSError: a file could not be written (naming it), after retries.
     """
-    directory = os.fspath(it.save_to_dir)
+    directory = os.fspath(target.directory)
     if not locations.is_url(directory):
         for img, name in zip(images, names):
             img.save(os.path.join(directory, name))
@@ -57,13 +78,14 @@ def save(it: Any, images: Sequence[Any], names: Sequence[str]) -> None:
     payloads = {}
     for img, name in zip(images, names):
         buffer = io.BytesIO()
-        img.save(buffer, format=it.save_format)
+        img.save(buffer, format=target.format)
         payloads[locations.join(directory, name)] = buffer.getvalue()
-    policy = it.options.retry_policy
-    executor = it._pools.get("fetch")
+    policy, executor, filesystems = target.policy, target.executor(), target.filesystems
 
     def once(urls: list[str]) -> list[Any]:
-        futures = [executor.submit(_put, it, url, payloads[url], policy.timeout_s) for url in urls]
+        futures = [
+            executor.submit(_put, filesystems, url, payloads[url], policy.timeout_s) for url in urls
+        ]
         deadline = time.monotonic() + policy.timeout_s + 1.0  # `_put` ends its own by then
         results: list[Any] = []
         for url, future in zip(urls, futures):
@@ -86,9 +108,9 @@ def save(it: Any, images: Sequence[Any], names: Sequence[str]) -> None:
             raise result
 
 
-def _put(it: Any, url: str, data: bytes, timeout: float) -> None:
+def _put(filesystems: locations.FileSystems, url: str, data: bytes, timeout: float) -> None:
     """Writes one object; on fsspec's event loop, cancelled after `timeout` seconds."""
-    fs, path = it.filesystems.resolve(url)
+    fs, path = filesystems.resolve(url)
     with errors.reading(url):
         if locations.is_async(fs):
             from fsspec.asyn import sync
