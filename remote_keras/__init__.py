@@ -35,7 +35,7 @@ _FRONT_NAMES = {
     "image_dataset_from_directory": "datasets",
 }
 _MODULES = {
-    "ChecksumMismatchError": "remote_keras.storage.integrity",
+    "ChecksumMismatchError": "remote_keras.errors",
     "EpochInputReport": "remote_keras.front_core.callbacks",
     "FsspecLoader": "remote_keras.storage.loaders",
     "ImageDecodeError": "remote_keras.errors",
@@ -53,18 +53,19 @@ _MODULES = {
     "read_lakefs_ref": "remote_keras.storage.records",
     "read_table": "remote_keras.storage.records",
     "write_data_version": "remote_keras.storage.records",
-    "WorkerDiedError": "remote_keras.front_core.workers",
+    "WorkerDiedError": "remote_keras.errors",
 }
 
 if TYPE_CHECKING:
     from remote_keras.errors import (
+        ChecksumMismatchError,
         ImageDecodeError,
         ImageLoadError,
         InvalidRowsError,
         MissingBackendError,
+        WorkerDiedError,
     )
     from remote_keras.front_core.callbacks import EpochInputReport
-    from remote_keras.front_core.workers import WorkerDiedError
     from remote_keras.keras3.backup import BackupAndRestore
     from remote_keras.keras3.callbacks import DataVersionCallback, InputStallCallback
     from remote_keras.keras3.datasets import image_dataset_from_directory
@@ -75,7 +76,6 @@ if TYPE_CHECKING:
     from remote_keras.pipeline.options import LoaderOptions
     from remote_keras.pipeline.sharding import Shard
     from remote_keras.pipeline.stats import LoaderStats
-    from remote_keras.storage.integrity import ChecksumMismatchError
     from remote_keras.storage.loaders import FsspecLoader, ObstoreLoader
     from remote_keras.storage.records import (
         pin_url,

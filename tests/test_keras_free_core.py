@@ -30,6 +30,7 @@ CORE_MODULES = (
     "remote_keras._quiet",
     "remote_keras.errors",
     "remote_keras.causes",
+    "remote_keras.redaction",
     "remote_keras.demo",
 )
 # Modules of the Keras front that need no Keras to import (they use it when called).

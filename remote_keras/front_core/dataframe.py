@@ -54,7 +54,7 @@ class DataFrameCore(RemoteBatchCore):
         self._init_remote(options, overrides)
         if isinstance(dataframe, (str, os.PathLike)):
             dataframe = self._read_table(os.fspath(dataframe))
-        listing.check_path_column(dataframe, x_col)
+        check_path_column(dataframe, x_col)
         cast(Any, super()).__init__(  # Keras's `DataFrameIterator`, next in the MRO
             dataframe,
             directory=directory,
@@ -115,3 +115,18 @@ class DataFrameCore(RemoteBatchCore):
         else:
             self._known_paths = {n: p for n, p in zip(names, paths) if p is not None}
         return df[listing.valid_rows(self._listing_scope(), paths, x_col)]
+
+
+def check_path_column(df: Any, x_col: str) -> None:
+    """Raises `InvalidRowsError` naming rows whose path is NaN, empty or not a string."""
+    if x_col not in df.columns:
+        return  # Keras raises its own KeyError
+    bad = [(i, v) for i, v in df[x_col].items() if not isinstance(v, str) or not v.strip()]
+    if bad:
+        shown = ", ".join(f"{i!r}: {v!r}" for i, v in bad[:10])
+        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        raise errors.InvalidRowsError(
+            f'Column x_col="{x_col}" must hold non-empty strings (paths or URLs). '
+            f"Received in {len(bad)} row(s): {shown}{more}",
+            [i for i, _ in bad],
+        )

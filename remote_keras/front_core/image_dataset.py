@@ -21,6 +21,7 @@ from remote_keras.front_core import (
     dataset_grain,
     dataset_index,
     dataset_pipeline,
+    dataset_tf,
 )
 from remote_keras.pipeline import sharding
 from remote_keras.pipeline.options import LoaderOptions
@@ -176,7 +177,7 @@ def make(
             made.append(dataset)
             continue
         reader = dataset_pipeline.EpochReader(files, urls, shown, batch_size or 32)
-        dataset = dataset_pipeline.build(
+        dataset = dataset_tf.build(
             reader,
             part_labels,
             label_mode,

@@ -46,6 +46,8 @@ import threading
 import weakref
 from typing import Any
 
+from remote_keras.errors import WorkerDiedError
+
 logger = logging.getLogger("remote_keras")
 
 # Open iterators (any: a user's own `fork` of one is just as exposed) and those whose Keras
@@ -61,10 +63,6 @@ _POOL_REGISTRIES = (
 )
 _STOPPING = (signal.SIGTERM, signal.SIGINT)  # a pool's `terminate()`, or Ctrl-C
 _interrupts_checked_in = 0  # the process `leave_interrupts_to_parent` last looked at
-
-
-class WorkerDiedError(RuntimeError):
-    """A Keras worker process died (killed by a signal) while `fit` waited for its batch."""
 
 
 def track(iterator: Any, multiprocess: bool) -> None:

@@ -162,7 +162,7 @@ class Fetcher:
             return value
         try:
             checked[i] = integrity.verify(path, value.data, value.checksum)
-        except integrity.ChecksumMismatchError as exc:
+        except errors.ChecksumMismatchError as exc:
             return exc
         return value.data
 
@@ -171,9 +171,7 @@ class Fetcher:
         read = [not isinstance(r, BaseException) for r in results]
         self.stats.add(
             verified=sum(ok and c for ok, c in zip(read, checked)),
-            checksum_mismatches=sum(
-                isinstance(r, integrity.ChecksumMismatchError) for r in results
-            ),
+            checksum_mismatches=sum(isinstance(r, errors.ChecksumMismatchError) for r in results),
             unverified=sum(
                 ok and not c and locations.is_url(p) for p, ok, c in zip(paths, read, checked)
             ),

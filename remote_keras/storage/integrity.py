@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from remote_keras import errors
+from remote_keras.errors import ChecksumMismatchError
 
 # Reads of one file whose body fails its checksum, at most: a body that never matches is
 # damaged at rest, or its ETag is not an MD5; random damage on the way (2% of bodies in
@@ -102,30 +103,6 @@ class Checksum:
     algorithm: str
     value: str
     source: str
-
-
-class ChecksumMismatchError(errors.ImageLoadError):
-    """The bytes read from `url` do not match the checksum the store sent with them.
-
-    Raised (or the sample skipped, with `on_error="skip"`) once retries of
-    the read are spent; an `ImageLoadError`, so an `OSError`.
-
-    Attributes:
-        url: What was read (credentials redacted).
-        algorithm: The checksum's algorithm (`"md5"`, `"crc32c"`, ...).
-        expected: The store's checksum, hex.
-        got: The checksum of the bytes received, hex.
-        source: Where the expected checksum came from (`"ETag"`, `"x-goog-hash"`, ...).
-        attempts: Reads made, once retries were spent (else 1).
-        seconds: Seconds from the first read to giving up, once retries were spent.
-    """
-
-    algorithm: str = ""
-    expected: str = ""
-    got: str = ""
-    source: str = ""
-    attempts: int = 1
-    seconds: float | None = None
 
 
 def mismatch(url: str, checksum: Checksum, got: str) -> ChecksumMismatchError:

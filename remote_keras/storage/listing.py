@@ -386,18 +386,3 @@ def _exists_by(exists: Callable[[str], Any], bar: Any) -> Callable[[str], bool]:
         return result
 
     return check
-
-
-def check_path_column(df: Any, x_col: str) -> None:
-    """Raises `InvalidRowsError` naming rows whose path is NaN, empty or not a string."""
-    if x_col not in df.columns:
-        return  # Keras raises its own KeyError
-    bad = [(i, v) for i, v in df[x_col].items() if not isinstance(v, str) or not v.strip()]
-    if bad:
-        shown = ", ".join(f"{i!r}: {v!r}" for i, v in bad[:10])
-        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
-        raise errors.InvalidRowsError(
-            f'Column x_col="{x_col}" must hold non-empty strings (paths or URLs). '
-            f"Received in {len(bad)} row(s): {shown}{more}",
-            [i for i, _ in bad],
-        )

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from remote_keras import errors
+from remote_keras.errors import StoreResponseError
 from remote_keras.storage import connections, integrity, lakefs, retry
 from remote_keras.storage.compact import AddressTable, PrefixedPaths
 from remote_keras.storage.presign_ahead import Ahead
@@ -51,21 +52,6 @@ DEFAULT_LIFETIME_S = 900.0
 MARGIN_FRACTION, MAX_MARGIN_S = 0.1, 30.0
 # A 403 to an address signed at least this long ago counts as its expiry, not as a refusal.
 FRESH_S = 1.0
-
-
-class StoreResponseError(OSError):
-    """The object store answered a presigned GET with an error status.
-
-    Attributes:
-        status: The HTTP status (retried when transient: 408, 429, 5xx).
-    """
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message, status)
-        self.status = status
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 def presign_mode(mode: Any) -> bool | None:

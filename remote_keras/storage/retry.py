@@ -191,7 +191,7 @@ def is_transient(exc: BaseException) -> bool:
     if _is_configuration(exc):
         return False
     for current in chain(exc):
-        if isinstance(current, integrity.ChecksumMismatchError):
+        if isinstance(current, errors.ChecksumMismatchError):
             return True
         if isinstance(current, _PERMANENT):
             return False
