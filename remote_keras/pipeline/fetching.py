@@ -22,7 +22,7 @@ from remote_keras.pipeline.stats import StatsRecorder
 from remote_keras.storage import integrity, locations
 from remote_keras.storage.cache import DiskCache
 from remote_keras.storage.loaders import BatchLoader, CheckedBatchLoader, CheckedLoader, Loader
-from remote_keras.storage.loaders.checked_reads import Fetched
+from remote_keras.storage.loaders.fetched import Fetched
 from remote_keras.storage.loaders.protocol import offers_checked
 from remote_keras.storage.retry import RetryPolicy, fetch_with_retries
 

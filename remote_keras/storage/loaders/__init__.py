@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from remote_keras.storage.loaders.auto import choose_loader
+from remote_keras.storage.loaders.checked_reads import register_checked_reader
+from remote_keras.storage.loaders.fetched import CheckedReader, Fetched
 from remote_keras.storage.loaders.fsspec_loader import FsspecLoader
 from remote_keras.storage.loaders.obstore_loader import ObstoreLoader
 from remote_keras.storage.loaders.protocol import (
@@ -29,12 +31,15 @@ __all__ = [
     "BatchLoader",
     "CheckedBatchLoader",
     "CheckedLoader",
+    "CheckedReader",
+    "Fetched",
     "FsspecLoader",
     "Loader",
     "LoaderOutput",
     "ObstoreLoader",
     "choose_loader",
     "make_loader",
+    "register_checked_reader",
 ]
 
 LOADERS: dict[str, Callable[..., Loader]] = {

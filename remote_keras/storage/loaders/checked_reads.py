@@ -1,46 +1,107 @@
 """Reads that keep the checksum the store sent with the body, with the one GET a read makes.
 
-Each function returns `Fetched(data, checksum)`: the body, and the whole-object
+Each read returns `Fetched(data, checksum)`: the body, and the whole-object
 checksum found in the same response (`remote_keras.storage.integrity`), or `None`.
 Nothing here hashes: the caller (`remote_keras.pipeline.fetching.Fetcher`) checks the
 body on its own thread, never on fsspec's event loop, which every async
 filesystem of the process shares.
 
-- S3 (s3fs): botocore's `get_object`, as s3fs's `cat_file` calls it (no
-  HEAD), keeping the response's ETag, encryption and `x-amz-checksum-*` fields.
-- GCS (gcsfs): the same GET as gcsfs's `cat_file`, keeping `x-goog-hash`.
-- Azure (adlfs): the same `download_blob` as adlfs's `cat_file`, keeping
-  the blob's `Content-MD5`.
-- HTTP(S): the same GET as fsspec's `cat_file`, keeping its headers.
-- obstore: `obstore.get`, keeping the ETag (S3 only: GCS and Azure ETags are
-  not MD5s).
-- lakeFS: not here; `storage.lakefs.get_object` keeps the server's ETag and
-  `storage.presign` the store's headers.
-- Other async filesystems: their `cat_file`, with no checksum.
+fsspec filesystems are read through a registry of `CheckedReader`s, one module
+per backend, each naming the client internals it needs (`checked_s3`: s3fs's
+`get_object`; `checked_gcs`: gcsfs's GET; `checked_azure`: adlfs's
+`download_blob`; `checked_http`: fsspec's HTTP GET). The first read of a
+filesystem class checks that it has them; if a client release dropped one,
+its reads go through `cat_file` and are counted unverified, with one warning
+naming the client's version. `register_checked_reader` adds a backend of one's
+own (it is asked before the built-in ones). Filesystems of no registered
+protocol are read with `cat_file`, with no checksum.
+
+obstore (`read_obstore`) keeps the ETag of S3 reads (GCS and Azure ETags are
+not MD5s); lakeFS reads keep theirs in `storage.lakefs` and `storage.presign`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import warnings
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from importlib import metadata
+from typing import Any
 
 from remote_keras.storage import integrity
-from remote_keras.storage.integrity import Checksum
+from remote_keras.storage.loaders import checked_azure, checked_gcs, checked_http, checked_s3
+from remote_keras.storage.loaders.fetched import CheckedReader, Fetched
+
+__all__ = [
+    "CheckedReader",
+    "Fetched",
+    "read_async",
+    "read_batch",
+    "read_one",
+    "register_checked_reader",
+]
 
 S3_PROTOCOLS = ("s3", "s3a")
 
+_READERS: list[CheckedReader] = [
+    checked_s3.READER,
+    checked_gcs.READER,
+    checked_azure.READER,
+    checked_http.READER,
+]
+_USABLE: dict[tuple[int, type], bool] = {}  # (reader, filesystem class) -> has what it needs
+_LOCK = threading.Lock()
 
-class Fetched(NamedTuple):
-    """A body and the checksum the store sent with it (`None` if none, or not exposed)."""
 
-    data: bytes
-    checksum: Checksum | None
+def register_checked_reader(reader: CheckedReader) -> None:
+    """Reads `reader.protocols` with `reader`, before any reader registered earlier.
+
+    Args:
+        reader: The backend's checked read (see `CheckedReader`).
+    """
+    with _LOCK:
+        _READERS.insert(0, reader)
 
 
 def _protocols(fs: Any) -> set[str]:
     protocol = fs.protocol
     return set(protocol if isinstance(protocol, (tuple, list)) else (protocol,))
+
+
+def reader_for(fs: Any) -> CheckedReader | None:
+    """The registered reader of `fs`'s protocol, if `fs` has what it needs; else `None`.
+
+    The first time a filesystem class lacks an attribute its reader needs,
+    warns once, naming the client and its version.
+    """
+    protocols = _protocols(fs)
+    with _LOCK:
+        reader = next((r for r in _READERS if protocols & set(r.protocols)), None)
+        if reader is None:
+            return None
+        key = (id(reader), type(fs))
+        if key in _USABLE:
+            return reader if _USABLE[key] else None
+        missing = [name for name in reader.needs if not hasattr(fs, name)]
+        _USABLE[key] = not missing
+    if not missing:
+        return reader
+    warnings.warn(
+        f"{type(fs).__name__} ({reader.client} {_version(reader.client)}) has no "
+        f"{', '.join(missing)}, which remote_keras's checked reads of "
+        f"{'/'.join(reader.protocols)} use: its reads are not verified against the store's "
+        "checksum (counted `unverified` in the stats) until remote_keras supports this release.",
+        stacklevel=2,
+    )
+    return None
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "(version unknown)"
 
 
 async def read_async(fs: Any, path: str) -> Fetched:
@@ -50,16 +111,10 @@ async def read_async(fs: Any, path: str) -> Fetched:
         OSError: what the filesystem's `cat_file` raises for the same read
             (`FileNotFoundError`, `PermissionError`, the client's own errors).
     """
-    protocols = _protocols(fs)
-    if protocols & set(S3_PROTOCOLS) and hasattr(fs, "_call_s3"):
-        return await _s3(fs, path)
-    if protocols & {"gs", "gcs"} and hasattr(fs, "_call"):
-        return await _gcs(fs, path)
-    if protocols & {"abfs", "az", "abfss"} and hasattr(fs, "service_client"):
-        return await _azure(fs, path)
-    if protocols & {"http", "https"} and hasattr(fs, "set_session"):
-        return await _http(fs, path)
-    return Fetched(await fs._cat_file(path), None)
+    reader = reader_for(fs)
+    if reader is None:
+        return Fetched(await fs._cat_file(path), None)
+    return await reader.read(fs, path)
 
 
 def read_batch(fs: Any, paths: Sequence[str]) -> list[Fetched | BaseException]:
@@ -81,64 +136,6 @@ def read_one(fs: Any, path: str) -> Fetched:
     import fsspec.asyn
 
     return fsspec.asyn.sync(fs.loop, read_async, fs, path)
-
-
-async def _s3(fs: Any, path: str) -> Fetched:
-    bucket, key, version = fs.split_path(path)
-    extra = {"VersionId": version} if version else {}
-    response = await fs._call_s3("get_object", Bucket=bucket, Key=key, **extra)
-    body = response["Body"]
-    try:
-        data = await body.read()
-    finally:
-        body.close()
-    return Fetched(data, integrity.from_s3_response(response))
-
-
-async def _gcs(fs: Any, path: str) -> Fetched:
-    headers, data = await fs._call("GET", fs.url(path))
-    return Fetched(data, integrity.from_headers(headers or {}))
-
-
-async def _azure(fs: Any, path: str) -> Fetched:
-    import errno
-    import os
-
-    from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
-
-    container, blob, version_id = fs.split_path(fs._strip_protocol(path))
-    async with fs.service_client.get_blob_client(container=container, blob=blob) as client:
-        try:
-            stream = await client.download_blob(
-                version_id=version_id,
-                max_concurrency=getattr(fs, "max_concurrency", None),
-                **getattr(fs, "_timeout_kwargs", {}),
-            )
-        except ResourceNotFoundError as exc:  # as adlfs's cat_file says it
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from exc
-        except HttpResponseError as exc:
-            if version_id is not None:
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from exc
-            raise
-        data = await stream.readall()
-    settings = getattr(stream.properties, "content_settings", None)
-    encoding = getattr(settings, "content_encoding", None)
-    md5 = None if encoding not in (None, "", "identity") else getattr(settings, "content_md5", None)
-    return Fetched(data, integrity.from_content_md5(md5))
-
-
-async def _http(fs: Any, url: str) -> Fetched:
-    session = await fs.set_session()
-    encode = getattr(fs, "encode_url", lambda u: u)
-    async with session.get(encode(url), **fs.kwargs) as response:
-        data = await response.read()
-        check = getattr(fs, "_raise_not_found_for_status", None)
-        if check is not None:  # fsspec's: 404 as FileNotFoundError, as its cat_file does
-            check(response, url)
-        else:
-            response.raise_for_status()
-        headers = dict(response.headers)
-    return Fetched(data, integrity.from_headers(headers))
 
 
 def read_obstore(store: Any, key: str, protocol: str) -> Fetched:

@@ -9,7 +9,7 @@ from typing import Any
 from remote_keras import errors
 from remote_keras.storage import lakefs, locations
 from remote_keras.storage.loaders import checked_reads
-from remote_keras.storage.loaders.checked_reads import Fetched
+from remote_keras.storage.loaders.fetched import Fetched
 from remote_keras.storage.presign import (
     PresignedReader,
     presign_mode,

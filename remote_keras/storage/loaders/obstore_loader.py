@@ -8,7 +8,8 @@ from typing import Any
 
 from remote_keras import errors
 from remote_keras.storage import locations
-from remote_keras.storage.loaders.checked_reads import Fetched, read_obstore
+from remote_keras.storage.loaders.checked_reads import read_obstore
+from remote_keras.storage.loaders.fetched import Fetched
 from remote_keras.storage.loaders.fsspec_loader import FsspecLoader
 from remote_keras.storage.loaders.obstore_config import open_store, translate_options
 from remote_keras.storage.loaders.obstore_errors import one_line_error
