@@ -4,7 +4,8 @@ The front checks the arguments (`dataset_arguments`) and says how Keras prints
 and which data format it defaults to; from there the function is the same on
 both Keras lines: the folder is listed once (`dataset_index`), shuffled with
 Keras's permutation, split, sharded, and each subset becomes a `tf.data`
-pipeline fetching ahead through the package's engine (`dataset_pipeline`).
+pipeline fetching ahead through the package's engine (`dataset_pipeline`,
+`dataset_tf`), or with `format="grain"` a `grain.IterDataset` (`dataset_grain`).
 """
 
 from __future__ import annotations
