@@ -24,6 +24,7 @@ from packaging.version import Version
 
 import remote_keras as rk
 from remote_keras.errors import ImageDecodeError
+from remote_keras.testing.proxy import FaultPlan
 from tests.helpers import truncated_jpeg
 
 KERAS_HAS_GRAIN = Version(keras.__version__) >= Version("3.13")
@@ -107,6 +108,30 @@ def test_s3_equals_keras_grain_on_the_local_copy_with_one_get_per_image(
     assert_same_elements(stock, ours)
     counts = s3_proxy.reset()
     assert counts.get("GET") == 2 * len(ours.file_paths) and not counts.get("HEAD"), counts
+
+
+@needs_keras_grain
+@pytest.mark.slow
+def test_failed_and_flipped_bodies_are_read_again_and_the_cache_serves_the_next_pass(
+    image_dir, s3_images, s3_options, s3_proxy, tmp_path
+):
+    local, _ = image_dir
+    url, _ = s3_images
+    kwargs = dict(image_size=(7, 9), batch_size=4, seed=5, format="grain")
+    stock = keras.utils.image_dataset_from_directory(local, **kwargs)
+    ours = rk.image_dataset_from_directory(
+        url, storage_options=s3_options, cache_dir=str(tmp_path / "cache"), **kwargs
+    )
+    faults = FaultPlan(rate=0.3, seed=1, kinds=("503", "flip"), max_faults_per_key=1)
+    s3_proxy.set_faults(faults)
+    try:
+        assert_same_elements(stock, ours, count=1)  # every 503 and flipped body read again
+        injected = {k: v for k, v in s3_proxy.reset().items() if k.startswith("fault:")}
+    finally:
+        s3_proxy.set_faults(None)
+    assert injected.get("fault:503") and injected.get("fault:flip"), injected
+    assert_same_elements(stock, ours, count=1)
+    assert s3_proxy.reset().get("GET", 0) == 0  # the second pass reads the disk cache
 
 
 @needs_keras_grain
