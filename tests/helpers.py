@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +194,31 @@ def fit_record(iterator: Any, epochs: int, shuffle: bool = False) -> list[tuple[
     model.compile("sgd", "mse", run_eagerly=True)
     model.fit(iterator, epochs=epochs, shuffle=shuffle, verbose=0)
     return model.seen
+
+
+@contextlib.contextmanager
+def lakefs_repo_with(local: str, folder: str) -> Iterator[tuple[Any, str, str, Any]]:
+    """A lakeFS target whose new repository has `local`'s files committed under `folder` on main.
+
+    Yields:
+        `(target, repository name, commit id, lakefs-spec filesystem)`.
+    """
+    import lakefs
+    from lakefs.client import Client
+    from lakefs_spec import LakeFSFileSystem
+
+    from remote_keras.testing.lakefs_server import lakefs_target
+
+    with lakefs_target() as target:
+        client = Client(**target.storage_options)
+        name = f"rk-{uuid.uuid4().hex[:8]}"
+        prefix = "local://" if target.is_stand_in else "s3://"
+        lakefs.Repository(name, client=client).create(storage_namespace=prefix + name)
+        fs = LakeFSFileSystem(**target.storage_options)
+        under = f"lakefs://{name}/main/" + (folder.strip("/") + "/" if folder.strip("/") else "")
+        for parent, _, files in os.walk(local):
+            for file in files:
+                path = os.path.join(parent, file)
+                fs.put_file(path, under + os.path.relpath(path, local))
+        commit = lakefs.Branch(name, "main", client=client).commit("images").get_commit().id
+        yield target, name, commit, fs

@@ -27,7 +27,13 @@ from keras.src.utils import dataset_utils
 import remote_keras as rk
 from remote_keras.testing.data import smooth_image
 from tests.conftest import SETUP_CLIENT, write_tree
-from tests.helpers import assert_same_batch, noise_png, put_folder, truncated_jpeg
+from tests.helpers import (
+    assert_same_batch,
+    lakefs_repo_with,
+    noise_png,
+    put_folder,
+    truncated_jpeg,
+)
 
 
 def epochs(dataset, count: int = 2) -> list[list]:
@@ -241,24 +247,9 @@ def test_a_truncated_jpeg_at_its_own_size_is_named(tmp_path, on_error):
 @pytest.mark.slow
 def test_lakefs_equals_keras_and_records_the_commit(image_dir, tmp_path):
     # The oldest-pair venv installs the `test` extra only (no lakeFS clients).
-    lakefs = pytest.importorskip("lakefs", reason="the lakefs extra is not installed")
-    from lakefs.client import Client
-    from lakefs_spec import LakeFSFileSystem
-
-    from remote_keras.testing.lakefs_server import lakefs_target
-
+    pytest.importorskip("lakefs", reason="the lakefs extra is not installed")
     local, _ = image_dir
-    with lakefs_target() as target:
-        client = Client(**target.storage_options)
-        name = f"rk-{uuid.uuid4().hex[:8]}"
-        prefix = "local://" if target.is_stand_in else "s3://"
-        lakefs.Repository(name, client=client).create(storage_namespace=prefix + name)
-        fs = LakeFSFileSystem(**target.storage_options)
-        for folder, _, files in os.walk(local):
-            for file in files:
-                path = os.path.join(folder, file)
-                fs.put_file(path, f"lakefs://{name}/main/train/{os.path.relpath(path, local)}")
-        commit = lakefs.Branch(name, "main", client=client).commit("images").get_commit().id
+    with lakefs_repo_with(local, "train") as (target, name, commit, fs):
         kwargs = dict(image_size=(6, 6), batch_size=8, seed=4)
         stock = keras.utils.image_dataset_from_directory(local, **kwargs)
         ours = rk.image_dataset_from_directory(

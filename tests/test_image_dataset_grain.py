@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import uuid
 from pathlib import Path
 
 import grain
@@ -25,7 +24,7 @@ from packaging.version import Version
 import remote_keras as rk
 from remote_keras.errors import ImageDecodeError
 from remote_keras.testing.proxy import FaultPlan
-from tests.helpers import truncated_jpeg
+from tests.helpers import lakefs_repo_with, truncated_jpeg
 
 KERAS_HAS_GRAIN = Version(keras.__version__) >= Version("3.13")
 needs_keras_grain = pytest.mark.skipif(
@@ -137,24 +136,9 @@ def test_failed_and_flipped_bodies_are_read_again_and_the_cache_serves_the_next_
 @needs_keras_grain
 @pytest.mark.slow
 def test_lakefs_reads_the_pinned_commit(image_dir):
-    lakefs = pytest.importorskip("lakefs", reason="the lakefs extra is not installed")
-    from lakefs.client import Client
-    from lakefs_spec import LakeFSFileSystem
-
-    from remote_keras.testing.lakefs_server import lakefs_target
-
+    pytest.importorskip("lakefs", reason="the lakefs extra is not installed")
     local, _ = image_dir
-    with lakefs_target() as target:
-        client = Client(**target.storage_options)
-        name = f"rk-{uuid.uuid4().hex[:8]}"
-        prefix = "local://" if target.is_stand_in else "s3://"
-        lakefs.Repository(name, client=client).create(storage_namespace=prefix + name)
-        fs = LakeFSFileSystem(**target.storage_options)
-        for folder, _, files in os.walk(local):
-            for file in files:
-                path = os.path.join(folder, file)
-                fs.put_file(path, f"lakefs://{name}/main/{os.path.relpath(path, local)}")
-        commit = lakefs.Branch(name, "main", client=client).commit("images").get_commit().id
+    with lakefs_repo_with(local, "") as (target, name, commit, fs):
         kwargs = dict(image_size=(6, 6), batch_size=8, seed=4, format="grain")
         stock = keras.utils.image_dataset_from_directory(local, **kwargs)
         ours = rk.image_dataset_from_directory(
