@@ -38,7 +38,9 @@ def test_smoke_benchmark_reports_every_scenario(smoke_report):
     for name in ("stock Keras, local disk", "tf.data image_dataset_from_directory, local",
                  "remote_keras, local disk", "remote_keras default, s3 +20 ms",
                  "fit: remote_keras default, s3 +20 ms", "idfd: Keras's function, local disk",
-                 "idfd: remote_keras, local disk", "idfd: remote_keras, s3 +20 ms"):  # fmt: skip
+                 "idfd: remote_keras, local disk", "idfd: remote_keras, s3 +20 ms",
+                 "idfd grain: Keras's function, local disk",
+                 "idfd grain: remote_keras, s3 +20 ms"):  # fmt: skip
         # Measured (each repeat a rate), and summarized as the median of the repeats.
         rates = results[name]["images_per_s_all"]
         assert rates and all(math.isfinite(rate) and rate > 0 for rate in rates), name
