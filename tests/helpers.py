@@ -6,6 +6,8 @@ import contextlib
 import hashlib
 import io
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -222,3 +224,16 @@ def lakefs_repo_with(local: str, folder: str) -> Iterator[tuple[Any, str, str, A
                 fs.put_file(path, under + os.path.relpath(path, local))
         commit = lakefs.Branch(name, "main", client=client).commit("images").get_commit().id
         yield target, name, commit, fs
+
+
+def run_script(script: str, cwd: Any, **env: str) -> subprocess.CompletedProcess:
+    """Runs `script` in a new Python process in `cwd`, this checkout importable, with `env` set."""
+    root = str(Path(__file__).resolve().parents[1])
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env=dict(os.environ, PYTHONPATH=root, **env),
+    )

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -32,6 +31,7 @@ from tests.helpers import (
     lakefs_repo_with,
     noise_png,
     put_folder,
+    run_script,
     truncated_jpeg,
 )
 
@@ -290,18 +290,7 @@ def test_op_determinism_logs_no_tensorflow_error_and_keeps_keras_batches(image_d
         print("equal")
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=dict(
-            os.environ,
-            PYTHONPATH=str(Path(__file__).resolve().parents[1]),
-            TF_CPP_MIN_LOG_LEVEL="0",
-        ),
-    )
+    result = run_script(script, tmp_path, TF_CPP_MIN_LOG_LEVEL="0")
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines()[-1] == "equal"
     assert "use_unbounded_threadpool" not in result.stderr
@@ -462,8 +451,6 @@ print("REPORT " + json.dumps({"backend": keras.backend.backend(), "same": same,
 
 @pytest.mark.slow
 def test_jax_backend_reads_and_fits_from_s3(image_dir, s3_images, s3_options):
-    import subprocess
-    import sys
 
     # A dev dependency; the oldest-pair venv installs the `test` extra only (no JAX).
     pytest.importorskip("jax", reason="JAX is not installed")

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from packaging.version import Version
 import remote_keras as rk
 from remote_keras.errors import ImageDecodeError
 from remote_keras.testing.proxy import FaultPlan
-from tests.helpers import lakefs_repo_with, truncated_jpeg
+from tests.helpers import lakefs_repo_with, run_script, truncated_jpeg
 
 KERAS_HAS_GRAIN = Version(keras.__version__) >= Version("3.13")
 needs_keras_grain = pytest.mark.skipif(
@@ -211,15 +209,7 @@ def test_reads_s3_and_fits_on_jax_without_tensorflow(s3_images, s3_options, tmp_
         )))
         """
     )
-    root = str(Path(__file__).resolve().parents[1])
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=root),
-    )
+    result = run_script(script, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.splitlines()[-1])
     assert report == {"backend": "jax", "loaded": [], "epochs": 2}
