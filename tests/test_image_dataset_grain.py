@@ -133,7 +133,7 @@ def test_failed_and_flipped_bodies_are_read_again_and_the_cache_serves_the_next_
 
 @needs_keras_grain
 @pytest.mark.slow
-def test_lakefs_reads_the_pinned_commit(image_dir):
+def test_lakefs_reads_the_pinned_commit_and_records_it(image_dir, tmp_path):
     pytest.importorskip("lakefs", reason="the lakefs extra is not installed")
     local, _ = image_dir
     with lakefs_repo_with(local, "") as (target, name, commit, fs):
@@ -146,6 +146,8 @@ def test_lakefs_reads_the_pinned_commit(image_dir):
         assert [p.commit_id for p in ours.lakefs_pins] == [commit]
         assert ours.file_paths[0].startswith(f"lakefs://{name}/{commit}/")
         assert_same_elements(stock, ours, count=1)
+        record = rk.write_data_version(ours, tmp_path / "data_version.json")
+        assert rk.pinned_urls(record) == [f"lakefs://{name}/{commit}/"]
 
 
 def _folder_with_one_bad_file(root: Path) -> Path:
