@@ -22,13 +22,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from remote_keras import errors
-from remote_keras.front_core.dataset_pipeline import RemoteFiles, body_of
+from remote_keras.front_core.dataset_arguments import COLOR_MODES
+from remote_keras.front_core.dataset_pipeline import SKIP_FATE, body_of
 from remote_keras.pipeline.decoding import decode_image
+from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.prefetch import InlineExecutor
 from remote_keras.pipeline.skips import SkipLog
 
-_COLOR_MODES = {1: "grayscale", 3: "rgb", 4: "rgba"}
-_FATE = "are left out of the stream (later samples fill the batch) and listed in `dataset.skipped`"
+_COLOR_MODES = {channels: mode for mode, channels in COLOR_MODES.items()}
 
 
 class GrainArithmetic(Protocol):
@@ -60,7 +61,7 @@ class GrainSamples:
 
     def __init__(
         self,
-        files: RemoteFiles,
+        files: ReadEngine,
         urls: list[str],
         shown: list[str],
         labels: np.ndarray | None,
@@ -95,7 +96,7 @@ class GrainSamples:
             if self.files.options.on_error == "raise":
                 raise
             reason = f"{type(exc).__name__}: {exc}"
-            self.skips.add(errors.redact(self.shown[index]), reason, fate=_FATE)
+            self.skips.add(errors.redact(self.shown[index]), reason, fate=SKIP_FATE)
             return None
         image = self.arithmetic.image(pixels)
         if self.labels is None:

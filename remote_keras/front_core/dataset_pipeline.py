@@ -6,7 +6,7 @@ Per pass over the dataset (an epoch):
    same op Keras's function shuffles with, so the same seed and the same number
    of passes give the same order (`reshuffle_each_iteration`); the whole order
    is taken as one tensor.
-2. A Python generator (`RemoteFiles.epoch`) fetches the files in that order in
+2. A Python generator (`EpochReader.epoch`) fetches the files in that order in
    chunks, `prefetch_batches` chunks ahead of the consumer, each chunk's files
    concurrently through the package's `Fetcher` (retries, disk cache,
    checksums). A failed read is remembered and handed on as empty bytes
@@ -35,7 +35,6 @@ from remote_keras import errors
 from remote_keras.front_core import dataset_resume
 from remote_keras.pipeline import interrupts
 from remote_keras.pipeline.engine import ReadEngine
-from remote_keras.pipeline.options import LoaderOptions
 from remote_keras.pipeline.prefetch import DaemonExecutor
 from remote_keras.pipeline.skips import SkipLog
 
@@ -49,34 +48,23 @@ _SENTINEL = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
     "3a7e9b550000000a4944415408d76360000000020001e221bc330000000049454e44ae426082"
 )
-_FATE = "are left out of the stream (later samples fill the batch) and listed in `dataset.skipped`"
+SKIP_FATE = (
+    "are left out of the stream (later samples fill the batch) and listed in `dataset.skipped`"
+)
 _KEPT_EPOCHS = 8  # epochs whose account is kept (passes abandoned half-way are dropped)
-
-
-class RemoteFiles(ReadEngine):
-    """One dataset's `ReadEngine`, with the folder it reads.
-
-    Args:
-        directory: The folder as the user named it (`loader="auto"` chooses by it).
-        options: The package's options.
-    """
-
-    def __init__(self, directory: str, options: LoaderOptions) -> None:
-        super().__init__(options, directory)
-        self.directory = directory
 
 
 class EpochReader:
     """Fetches one subset's files per epoch and keeps the account of what arrived.
 
     Args:
-        files: The shared `RemoteFiles`.
+        files: The dataset's `ReadEngine` (shared by its subsets).
         urls: The URLs (pinned) read, one per sample.
         shown: The paths named in errors and `skipped` (as the user named them).
         chunk: Samples fetched together.
     """
 
-    def __init__(self, files: RemoteFiles, urls: list[str], shown: list[str], chunk: int) -> None:
+    def __init__(self, files: ReadEngine, urls: list[str], shown: list[str], chunk: int) -> None:
         self.files, self.urls, self.shown, self.chunk = files, urls, shown, chunk
         self._tokens = itertools.count(1)
         self._epochs: dict[int, _Account] = {}
@@ -193,7 +181,7 @@ class EpochReader:
         if self.files.options.on_error == "raise":
             raise cause
         reason = f"{type(cause).__name__}: {cause}"
-        self.skips.add(shown, reason, epoch=token, fate=_FATE)
+        self.skips.add(shown, reason, epoch=token, fate=SKIP_FATE)
 
 
 class _Account:

@@ -25,6 +25,7 @@ from remote_keras.front_core import (
     dataset_tf,
 )
 from remote_keras.pipeline import sharding
+from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.options import LoaderOptions
 from remote_keras.storage import locations
 
@@ -110,7 +111,7 @@ def make(
         )
     if seed is None:
         seed = int(np.random.randint(1_000_000))  # as Keras draws it, even without shuffling
-    files = dataset_pipeline.RemoteFiles(directory, options)
+    files = ReadEngine(options, directory)
     read_from = files.pin(directory) if locations.is_url(directory) else directory
     paths, labels, names = _indexed(
         read_from, labels, class_names, follow_links, files, keras_line, grain_arithmetic is None
@@ -298,7 +299,7 @@ def _describe(
     dataset: Any,
     names: list[str] | None,
     urls: list[str],
-    files: dataset_pipeline.RemoteFiles,
+    files: ReadEngine,
     reader: dataset_pipeline.EpochReader | dataset_grain.GrainSamples,
     directory: str,
     subset: str | None,
