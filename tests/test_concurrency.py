@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import remote_keras as rk
+from remote_keras.pipeline import batches
 from tests.conftest import PROCESS_THREADS
 from tests.helpers import GatedLoader, SlowLoader
 
@@ -159,7 +160,7 @@ def test_decoding_uses_a_pool_per_core(image_dir):
 
 
 @pytest.mark.slow
-def test_fit_with_shuffle_and_worker_threads_sees_every_sample(image_dir):
+def test_fit_with_shuffle_and_worker_threads_sees_every_sample(image_dir, monkeypatch):
     import keras
 
     directory, df = image_dir
@@ -172,13 +173,13 @@ def test_fit_with_shuffle_and_worker_threads_sees_every_sample(image_dir):
     with gen.flow_from_dataframe(
         df, directory, target_size=(8, 8), batch_size=4, workers=4, seed=3
     ) as it:
-        original = it._assemble
+        original = batches.assemble
 
-        def recording(plan, batch_x):
+        def recording(targets, plan, batch_x, save_to=None):
             seen.append(plan.indices.copy())
-            return original(plan, batch_x)
+            return original(targets, plan, batch_x, save_to)
 
-        it._assemble = recording
+        monkeypatch.setattr(batches, "assemble", recording)
         model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
                                   keras.layers.Dense(3, activation="softmax")])  # fmt: skip
         model.compile("sgd", "categorical_crossentropy")

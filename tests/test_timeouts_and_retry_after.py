@@ -111,8 +111,8 @@ def test_a_read_failing_for_seconds_is_logged_once_per_batch(caplog):
 
 def read_one(url, df, options, loader, policy, monkeypatch=None, clock=None):
     if clock is not None:
-        recorded = functools.partial(retry.fetch_with_retries, sleep=clock.sleep)
-        monkeypatch.setattr(fetching, "fetch_with_retries", recorded)
+        recorded = functools.partial(retry.RetryRounds, sleep=clock.sleep)
+        monkeypatch.setattr(fetching, "RetryRounds", recorded)
     gen = rk.ImageDataGenerator(storage_options=options, loader=loader, retries=policy)
     with gen.flow_from_dataframe(
         df, url, target_size=(8, 8), batch_size=len(df), shuffle=False, validate_filenames=False

@@ -247,4 +247,4 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
             plan,
             self._current_epoch(),
         )
-        return self._assemble(*load)
+        return batches.assemble(self._batch_targets(), *load, self._batch_save_to())

@@ -86,7 +86,7 @@ class DataFrameCore(RemoteBatchCore):
         self.table_url = self.engine.pin(url)
         self._ensure_process()
         with errors.reading(self.table_url):
-            data = self.engine.fetch([self.table_url], self._pools.get("fetch"))[0]
+            data = self.engine.fetcher.fetch([self.table_url], self._pools.get("fetch"))[0]
         if isinstance(data, BaseException):
             raise data
         return records.read_table_bytes(self.table_url, bytes(data))

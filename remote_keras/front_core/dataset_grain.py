@@ -87,7 +87,7 @@ class GrainSamples:
         index = int(index)
         url = self.urls[index]
         try:
-            [result] = self.files.fetch([url], self.requests)
+            [result] = self.files.fetcher.fetch([url], self.requests)
             body = body_of(url, result)
             if isinstance(body, BaseException):
                 raise body

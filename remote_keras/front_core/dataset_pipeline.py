@@ -96,7 +96,9 @@ class EpochReader:
             while True:
                 for start in itertools.islice(starts, depth - len(pending)):
                     paths = [self.urls[i] for i in order[start : start + self.chunk]]
-                    pending.append((start, chunks.submit(self.files.fetch, paths, requests, stop)))
+                    pending.append(
+                        (start, chunks.submit(self.files.fetcher.fetch, paths, requests, stop))
+                    )
                 if not pending:
                     break
                 start, future = pending.popleft()

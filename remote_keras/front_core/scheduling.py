@@ -57,7 +57,10 @@ class SchedulingMixin:
         def _keras_seeds_epochs(self) -> bool: ...
 
     def _start(self, epoch: int, index: int) -> tuple[Future, bool]:
-        return self._prefetcher.take((epoch, index), self._task_maker(epoch, index))
+        future = self._prefetcher.claim((epoch, index))
+        if future is not None:
+            return future, True
+        return self._prefetcher.start(self._task(epoch, index)), False
 
     def _task(self, epoch: int, index: int):
         plan = self._planner.plan(epoch, index)
@@ -82,11 +85,9 @@ class SchedulingMixin:
 
     def _look_ahead(self, keys: list[tuple[int, int]]) -> None:
         with self.lock:
-            for epoch, index in keys:
-                self._prefetcher.ahead((epoch, index), self._task_maker(epoch, index))
-
-    def _task_maker(self, epoch: int, index: int):
-        return lambda: self._task(epoch, index)
+            for key in keys:
+                if self._prefetcher.wants(key):
+                    self._prefetcher.ahead(key, self._task(*key))
 
     def _result(self, future: Future, prefetched: bool, ahead: list, asked: float):
         """Waits for a batch, starting the `ahead` batches meanwhile (or after, if it is cold).
@@ -101,13 +102,14 @@ class SchedulingMixin:
         self.engine.stats.add(batches=1)
         if not prefetched:
             self._look_ahead(ahead)
-        batch = self._assemble(plan, batch_x)
+        batch = batches.assemble(self._batch_targets(), plan, batch_x, self._batch_save_to())
         self.handoffs.record(asked, time.perf_counter())
         return batch
 
-    def _assemble(self, plan: BatchPlan, batch_x: np.ndarray) -> batches.Batch:
+    def _batch_targets(self) -> batches.Targets:
+        """What the batch's labels are made from (the iterator's settings now)."""
         it: Any = self
-        targets = batches.Targets(
+        return batches.Targets(
             it.class_mode,
             getattr(it, "classes", None),
             len(getattr(it, "class_indices", ()) or ()),
@@ -115,18 +117,21 @@ class SchedulingMixin:
             getattr(it, "labels", None),
             getattr(it, "sample_weight", None),
         )
-        save_to = None
-        if it.save_to_dir:
-            target = saving.SaveTarget(
-                it.save_to_dir,
-                it.save_format,
-                it.filesystems,
-                it.options.retry_policy,
-                lambda: it._pools.get("fetch"),
-            )
-            floatx = it.batch_pixels().floatx
-            save_to = batches.SaveTo(target, it.save_prefix, it.data_format, floatx)
-        return batches.assemble(targets, plan, batch_x, save_to)
+
+    def _batch_save_to(self) -> batches.SaveTo | None:
+        """Where `save_to_dir` writes the batch's images, or `None`."""
+        it: Any = self
+        if not it.save_to_dir:
+            return None
+        target = saving.SaveTarget(
+            it.save_to_dir,
+            it.save_format,
+            it.filesystems,
+            it.options.retry_policy,
+            lambda: it._pools.get("fetch"),
+        )
+        floatx = it.batch_pixels().floatx
+        return batches.SaveTo(target, it.save_prefix, it.data_format, floatx)
 
     def _ahead(
         self, epoch: int, order: Sequence[int], idx: int, previous: int | None, length: int

@@ -112,7 +112,7 @@ def load(
         decode_pool = pools.get("decode")
         direct = _writes_direct(spec, pixels)
         futures = []
-        for i, data in enumerate(engine.fetch(paths, pools.get("fetch"))):
+        for i, data in enumerate(engine.fetcher.fetch(paths, pools.get("fetch"))):
             transform = plan.transforms[i] if plan.transforms is not None else None
             futures.append(
                 decode_pool.submit(

@@ -9,7 +9,6 @@ skipped samples, all built from one `LoaderOptions`. Keras-free.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any
@@ -66,12 +65,6 @@ class ReadEngine:
             first_path, self.options.storage_options, self._timeout_s, self.options.pre_sign
         )
         self.fetcher.loader = self.loader
-
-    def fetch(
-        self, paths: Sequence[str], executor: Executor, stop: threading.Event | None = None
-    ) -> list[Any]:
-        """Reads `paths` (see `Fetcher.fetch`): one result or exception per path, in order."""
-        return self.fetcher.fetch(paths, executor, stop)
 
     def pin(self, url: str) -> str:
         """`url` at its lakeFS commit (other URLs and paths unchanged)."""

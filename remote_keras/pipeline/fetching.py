@@ -24,7 +24,7 @@ from remote_keras.storage.cache import DiskCache
 from remote_keras.storage.loaders import BatchLoader, CheckedBatchLoader, CheckedLoader, Loader
 from remote_keras.storage.loaders.fetched import Fetched
 from remote_keras.storage.loaders.protocol import offers_checked
-from remote_keras.storage.retry import RetryPolicy, fetch_with_retries
+from remote_keras.storage.retry import RetryPolicy, RetryRounds
 
 _BYTES = (bytes, bytearray, memoryview)
 
@@ -71,37 +71,29 @@ class Fetcher:
             One entry per path, in order.
         """
         start = time.perf_counter()
-        results = self._cached(paths, executor, stop)
+        results: list[Any] = [None] * len(paths)
+        if self.cache is not None:
+            found = [self.cache.lookup(path) for path in paths]  # damaged entries are dropped
+            results = [data for data, _ in found]
+            hits, healed = sum(r is not None for r in results), sum(d for _, d in found)
+            self.stats.add(cache_hits=hits, cache_healed=healed)
+        missing = [i for i, data in enumerate(results) if data is None]
+        if missing:
+            wanted = [paths[i] for i in missing]
+            rounds = RetryRounds(wanted, self.policy, stop=stop)
+            fetched = self._once(wanted, executor)
+            while again := rounds.again(fetched):
+                rounds.update(fetched, again, self._once([wanted[i] for i in again], executor))
+            self.stats.add(retries=rounds.retries)
+            for i, data in zip(missing, rounds.finish(fetched)):
+                if isinstance(data, BaseException):
+                    data = errors.sanitize(data)
+                elif self.cache is not None and isinstance(data, _BYTES):
+                    self.cache.put(paths[i], data)  # never raises: an unwritable cache warns once
+                results[i] = data
         read = sum(len(r) for r in results if isinstance(r, _BYTES))
         self.stats.add(fetch_s=time.perf_counter() - start, bytes=read)
         return results
-
-    def _cached(
-        self, paths: Sequence[str], executor: Executor, stop: threading.Event | None
-    ) -> list[Any]:
-        if self.cache is None:
-            return self._with_retries(paths, executor, stop)
-        found = [self.cache.lookup(path) for path in paths]  # damaged entries are dropped
-        results: list[Any] = [data for data, _ in found]
-        healed = sum(dropped for _, dropped in found)
-        self.stats.add(cache_hits=sum(r is not None for r in results), cache_healed=healed)
-        missing = [i for i, data in enumerate(results) if data is None]
-        if missing:
-            fetched = self._with_retries([paths[i] for i in missing], executor, stop)
-            for i, data in zip(missing, fetched):
-                results[i] = data
-                if isinstance(data, _BYTES):  # never raises: an unwritable cache warns once
-                    self.cache.put(paths[i], data)
-        return results
-
-    def _with_retries(
-        self, paths: Sequence[str], executor: Executor, stop: threading.Event | None
-    ) -> list[Any]:
-        results, retries = fetch_with_retries(
-            lambda batch: self._once(batch, executor), paths, self.policy, stop=stop
-        )
-        self.stats.add(retries=retries)
-        return [errors.sanitize(r) if isinstance(r, BaseException) else r for r in results]
 
     def _once(self, paths: list[str], executor: Executor) -> list[Any]:
         """One attempt at every path; failures (and requests past the timeout) returned in place.

@@ -204,29 +204,28 @@ class Prefetcher:
         # `fit(shuffle=True)` asks out of order and a look-ahead would re-read them.
         self._asked: dict[int, set[int]] = {}
 
-    def take(self, key: Key, make_task: Callable[[], Callable[[], Any]]) -> tuple[Future, bool]:
-        """Returns the future for `key`, starting `make_task()` if it is not there.
-
-        Returns:
-            `(future, prefetched)`; `prefetched` is `True` when the batch had
-            been started ahead of time.
-        """
+    def claim(self, key: Key) -> Future | None:
+        """Marks `key` asked for; returns its future if it was started ahead, else `None`."""
         epoch, index = key
         if epoch not in self._asked:
             self._asked = {e: s for e, s in self._asked.items() if e >= epoch - 1}
         self._asked.setdefault(epoch, set()).add(index)
         future = self._pending.pop(key, None)
-        if future is not None and not future.cancelled():
-            return future, True
-        return self.pools.get("batch").submit(make_task()), False
+        return None if future is None or future.cancelled() else future
 
-    def ahead(self, key: Key, make_task: Callable[[], Callable[[], Any]]) -> None:
-        """Starts `make_task()` for `key` in the background, unless asked already or full."""
+    def start(self, task: Callable[[], Any]) -> Future:
+        """Runs `task` on the batch threads."""
+        return self.pools.get("batch").submit(task)
+
+    def wants(self, key: Key) -> bool:
+        """Whether `key` may be built ahead: not asked for, not started, and there is room."""
         epoch, index = key
-        if key in self._pending or index in self._asked.get(epoch, ()):
-            return
-        if len(self._pending) < self.depth:
-            self._pending[key] = self.pools.get("batch").submit(make_task())
+        started = key in self._pending or index in self._asked.get(epoch, ())
+        return not started and len(self._pending) < self.depth
+
+    def ahead(self, key: Key, task: Callable[[], Any]) -> None:
+        """Starts `task` for `key` in the background (ask `wants(key)` first)."""
+        self._pending[key] = self.start(task)
 
     def clear(self) -> None:
         """Drops every batch not yet asked for, cancelling those not started."""

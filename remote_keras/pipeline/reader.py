@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ from typing_extensions import Unpack
 from remote_keras import errors
 from remote_keras.pipeline import batches, sharding
 from remote_keras.pipeline.engine import ReadEngine
-from remote_keras.pipeline.epochs import EpochPlanner
+from remote_keras.pipeline.epochs import BatchPlan, EpochPlanner
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
 from remote_keras.pipeline.prefetch import Prefetcher, WorkerPools
 from remote_keras.pipeline.stats import LoaderStats
@@ -180,9 +180,11 @@ class BatchReader:
             raise IndexError(f"batch {index} of an epoch of {len(self)} batches")
         with self._lock:
             self.epoch = epoch
-            future, _ = self._prefetcher.take((epoch, index), self._task_maker(epoch, index))
+            prefetcher = self._prefetcher
+            future = prefetcher.claim((epoch, index)) or prefetcher.start(self._task(epoch, index))
             for later in ahead:
-                self._prefetcher.ahead((epoch, later), self._task_maker(epoch, later))
+                if prefetcher.wants((epoch, later)):
+                    prefetcher.ahead((epoch, later), self._task(epoch, later))
         with self.engine.stats.busy("wait_s"):
             plan, batch_x = future.result()
         self.engine.stats.add(batches=1)
@@ -191,15 +193,16 @@ class BatchReader:
         )
         return batches.assemble(targets, plan, batch_x)
 
-    def _task_maker(self, epoch: int, index: int) -> Any:
-        def make() -> Any:
-            plan = self._planner.plan(epoch, index)  # under the lock: `take` and `ahead` hold it
-            pixels, paths = self.batch_pixels(), self.filepaths
-            return lambda: batches.load(
-                self.engine, self._pools, paths, self._spec, pixels, plan, epoch
-            )
-
-        return make
+    def _task(self, epoch: int, index: int) -> Callable[[], tuple[BatchPlan, np.ndarray]]:
+        plan = self._planner.plan(epoch, index)  # under the lock, held by `_read`
+        engine, pools, paths, spec, pixels = (
+            self.engine,
+            self._pools,
+            self.filepaths,
+            self._spec,
+            self.batch_pixels(),
+        )
+        return lambda: batches.load(engine, pools, paths, spec, pixels, plan, epoch)
 
     @property
     def stats(self) -> LoaderStats:

@@ -273,6 +273,95 @@ def parse_retry_after(value: str, now: float | None = None) -> float | None:
     return max(0.0, when - (time.time() if now is None else now))
 
 
+class RetryRounds:
+    """Decides, round by round, which failed reads of one batch to try again, and waits.
+
+    The caller reads, then asks `again(results)` which to read again (this
+    waits the backoff first, never past the deadline), reads those and
+    `update`s them, until `again` returns nothing; `finish` then replaces
+    what still failed transiently by the error naming the attempts. The
+    caller keeps the reading, so no read is called back from here.
+
+    Args:
+        paths: What is being read.
+        policy: Deadline, attempts, budget, backoff.
+        sleep: For tests.
+        clock: For tests: monotonic seconds.
+        stop: When set, no more retries are made (a wait for one ends at once).
+
+    Attributes:
+        retries: Reads made again so far.
+    """
+
+    def __init__(
+        self,
+        paths: Sequence[str],
+        policy: RetryPolicy,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.paths = list(paths)
+        self.policy = policy
+        self._sleep, self._clock, self._stop = sleep, clock, stop
+        self._start = clock()
+        self._attempts = [1] * len(self.paths)
+        self._budget = policy.budget
+        self._rng = random.Random()  # noqa: S311 - jitter only, never influences which data is read
+        self._warned = False
+        self.retries = 0
+
+    def again(self, results: list[Any]) -> list[int]:
+        """The indices to read again, after waiting for them; `[]` when done."""
+        policy, stop = self.policy, self._stop
+        if self._budget is not None and self._budget <= 0:
+            return []
+        again = [
+            i
+            for i, result in enumerate(results)
+            if isinstance(result, BaseException)
+            and self._attempts[i] < integrity.attempts_allowed(result, policy.attempts)
+            and is_transient(result)
+        ]
+        if self._budget is not None:
+            again = again[: self._budget]
+        elapsed = self._clock() - self._start
+        remaining = policy.deadline_s - elapsed
+        if not again or remaining <= 0 or (stop is not None and stop.is_set()):
+            return []
+        if not self._warned and elapsed >= WARN_AFTER_S:
+            self._warned = True
+            _warn_slow(self.paths, again, results, elapsed)
+        delay = policy.delay(max(self._attempts[i] for i in again), self._rng)
+        asked = [retry_after(results[i]) for i in again]
+        delay = max([delay, *(a for a in asked if a is not None)])
+        if stop is not None:
+            if stop.wait(min(remaining, delay)):
+                return []
+        else:
+            self._sleep(min(remaining, delay))
+        return again
+
+    def update(self, results: list[Any], again: list[int], fetched: Sequence[Any]) -> None:
+        """Puts the results of reading `again` into `results` and counts the attempts."""
+        for i, result in zip(again, fetched):
+            results[i] = result
+            self._attempts[i] += 1
+        if self._budget is not None:
+            self._budget -= len(again)
+        self.retries += len(again)
+
+    def finish(self, results: list[Any]) -> list[Any]:
+        """`results` with transient failures replaced by an error naming the attempts."""
+        spent = self._clock() - self._start
+        return [
+            integrity.gave_up(path, attempts, result, seconds=spent)
+            if isinstance(result, BaseException) and is_transient(result)
+            else result
+            for path, attempts, result in zip(self.paths, self._attempts, results)
+        ]
+
+
 def fetch_with_retries(
     fetch: Callable[[list[str]], list[Any]],
     paths: Sequence[str],
@@ -281,7 +370,7 @@ def fetch_with_retries(
     clock: Callable[[], float] = time.monotonic,
     stop: threading.Event | None = None,
 ) -> tuple[list[Any], int]:
-    """Fetches `paths`, retrying transient failures per `policy`.
+    """Fetches `paths`, retrying transient failures per `policy` (see `RetryRounds`).
 
     Args:
         fetch: Reads a list of paths; returns one result per path, an
@@ -304,49 +393,11 @@ def fetch_with_retries(
         `ChecksumMismatchError` for a mismatch) naming the URL, the attempts,
         the seconds spent and the last cause; and the number of retries made.
     """
-    start = clock()
+    rounds = RetryRounds(paths, policy, sleep, clock, stop)
     results = list(fetch(list(paths)))
-    attempts = [1] * len(paths)
-    budget = policy.budget
-    rng = random.Random()  # noqa: S311 - jitter only, never influences which data is read
-    retries = 0
-    warned = False
-    while budget is None or budget > 0:
-        again = [
-            i
-            for i, result in enumerate(results)
-            if isinstance(result, BaseException)
-            and attempts[i] < integrity.attempts_allowed(result, policy.attempts)
-            and is_transient(result)
-        ]
-        if budget is not None:
-            again = again[:budget]
-        elapsed = clock() - start
-        remaining = policy.deadline_s - elapsed
-        if not again or remaining <= 0 or (stop is not None and stop.is_set()):
-            break
-        if not warned and elapsed >= WARN_AFTER_S:
-            warned = True
-            _warn_slow(paths, again, results, elapsed)
-        delay = policy.delay(max(attempts[i] for i in again), rng)
-        asked = [retry_after(results[i]) for i in again]
-        delay = max([delay, *(a for a in asked if a is not None)])
-        if stop is not None:
-            if stop.wait(min(remaining, delay)):
-                break
-        else:
-            sleep(min(remaining, delay))
-        for i, result in zip(again, fetch([paths[i] for i in again])):
-            results[i] = result
-            attempts[i] += 1
-        if budget is not None:
-            budget -= len(again)
-        retries += len(again)
-    spent = clock() - start
-    for i, result in enumerate(results):
-        if isinstance(result, BaseException) and is_transient(result):
-            results[i] = integrity.gave_up(paths[i], attempts[i], result, seconds=spent)
-    return results, retries
+    while again := rounds.again(results):
+        rounds.update(results, again, fetch([paths[i] for i in again]))
+    return rounds.finish(results), rounds.retries
 
 
 def _warn_slow(
