@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from remote_keras import causes
+from remote_keras.client_errors import Kind, kind_of
 from remote_keras.redaction import redact, sanitize, scrub
 
 __all__ = [
@@ -85,24 +86,6 @@ _CREDENTIAL_HINTS = {
     "LAKECTL_CREDENTIALS_SECRET_ACCESS_KEY environment variables, or ~/.lakectl.yaml",
 }
 _FAMILIES = {"s3a": "s3", "gcs": "gs", "abfs": "az", "abfss": "az", "adl": "az"}
-# Clients' names for "no credentials were found at all".
-_NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "NoAuthenticationFound"}
-
-_PERMISSION_ERRORS = {"PermissionDeniedError", "UnauthenticatedError"}
-# urllib3's (lakefs-sdk, requests) and aiohttp's, which do not derive from ConnectionError.
-_CONNECTION_ERRORS = {
-    "MaxRetryError", "NewConnectionError", "ClientConnectorError", "ClientConnectorDNSError",
-    "EndpointConnectionError", "ConnectTimeoutError",  # botocore's are not builtin ones
-}  # fmt: skip
-
-# Query parameter names whose values are secrets: signatures (`X-Amz-Signature`, SAS `sig`),
-# credentials, tokens, passwords and keys (`key`, `api_key`, but not `max-keys`).
-# Clients' names for a request that got no answer in time, or lost its connection mid-way.
-_TIMEOUT_ERRORS = {"ReadTimeoutError", "ReadTimeout", "ServerTimeoutError"}
-_DROPPED_ERRORS = {
-    "ConnectionClosedError", "ServerDisconnectedError", "ClientPayloadError",
-    "ResponseStreamingError", "IncompleteRead", "ProtocolError", "ContentLengthError",
-}  # fmt: skip
 
 
 class _NamesUrl:
@@ -281,21 +264,20 @@ def translate(url: str, exc: BaseException) -> BaseException:
     if isinstance(exc, _BUILTIN_FAMILIES) and shown in str(exc):
         return sanitize(exc)  # translated already, e.g. by a loader that calls `reading()`
     cause = scrub(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-    kind = type(exc).__name__  # obstore's and lakefs-sdk's errors do not derive from builtins
-    status = getattr(exc, "status", None) or getattr(exc, "status_code", None)
-    if isinstance(exc, FileNotFoundError) or kind == "NotFoundError" or status in (404, 410):
+    kind = kind_of(exc)
+    if kind is Kind.NOT_FOUND:
         new: BaseException = FileNotFoundError(f"No such file or object: {shown!r} ({cause})")
-    elif kind in _NO_CREDENTIALS:
+    elif kind is Kind.NO_CREDENTIALS:
         family = _FAMILIES.get(protocol_of(url), protocol_of(url))
         where = _CREDENTIAL_HINTS.get(family, "storage_options")
         new = PermissionError(f"No credentials found for {shown!r} ({cause}); give them in {where}")
-    elif isinstance(exc, PermissionError) or kind in _PERMISSION_ERRORS or status in (401, 403):
+    elif kind is Kind.DENIED:
         new = PermissionError(f"Access denied to {shown!r} ({cause}); check the credentials")
-    elif isinstance(exc, TimeoutError) or kind in _TIMEOUT_ERRORS:
+    elif kind is Kind.TIMED_OUT:
         new = TimeoutError(f"Timed out reading {shown!r} ({cause})")
-    elif kind in _DROPPED_ERRORS:
+    elif kind is Kind.DROPPED:
         new = ConnectionError(f"Connection lost reading {shown!r} ({cause})")
-    elif isinstance(exc, ConnectionError) or kind in _CONNECTION_ERRORS:
+    elif kind is Kind.UNREACHABLE:
         new = ConnectionError(f"Cannot reach the server for {shown!r}{_where(exc)} ({cause})")
     elif isinstance(exc, ImportError):
         new = missing_backend(url, exc)

@@ -26,7 +26,6 @@ import email.utils
 import logging
 import random
 import re
-import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,56 +33,24 @@ from typing import Any
 
 from remote_keras import errors
 from remote_keras.causes import chain, is_unknown_host
+from remote_keras.client_errors import SERVER_BUSY_STATUS, Kind, kind_of
 from remote_keras.storage import integrity
 
 logger = logging.getLogger("remote_keras")
 
 # A file still failing this many seconds after its first attempt is logged (once per batch).
 WARN_AFTER_S = 5.0
-TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-# Exception class names of clients we do not import (aiohttp, urllib3, http.client, botocore).
-_TRANSIENT_NAMES = frozenset(
-    {
-        "ClientPayloadError",
-        "ServerDisconnectedError",
-        "ClientOSError",
-        "ClientConnectorError",
-        "ServerTimeoutError",
-        "ProtocolError",
-        "IncompleteRead",
-        "ReadTimeoutError",
-        "ConnectTimeoutError",
-        "ReadTimeout",
-        "ConnectTimeout",
-        "EndpointConnectionError",
-        "ConnectionClosedError",
-        "ResponseStreamingError",
-        "ContentLengthError",
-        "MaxRetryError",  # urllib3 (lakefs-sdk): its connection retries are spent
-        "NewConnectionError",  # urllib3: connection refused
-    }
-)
-_TRANSIENT_CODES = frozenset(
-    {
-        "SlowDown",
-        "InternalError",
-        "ServiceUnavailable",
-        "RequestTimeout",
-        "Throttling",
-        "TooManyRequests",
-    }
-)
+TRANSIENT_STATUS = SERVER_BUSY_STATUS
 # obstore reports every failure as a GenericError; only its text tells them apart.
 _TRANSIENT_TEXT = re.compile(
     r"\b(408|429|500|502|503|504)\b|SlowDown|Service Unavailable|error sending request"
     r"|body error|timed out|connection (reset|closed|refused)",
     re.IGNORECASE,
 )
-_PERMANENT = (FileNotFoundError, PermissionError, errors.ImageDecodeError, errors.InvalidRowsError)
+_PERMANENT = (errors.ImageDecodeError, errors.InvalidRowsError)
 # Failures that are configuration, whatever wraps them: a host name that does not exist
 # (`causes.is_unknown_host`) and a certificate that fails verification.
 _PERMANENT_TEXT = re.compile(r"CERTIFICATE_VERIFY_FAILED", re.IGNORECASE)
-_PERMANENT_NAMES = frozenset({"ClientConnectorCertificateError", "SSLCertVerificationError"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,9 +136,7 @@ def _is_configuration(exc: BaseException) -> bool:
     if is_unknown_host(exc):
         return True
     for current in chain(exc):
-        if isinstance(current, ssl.SSLCertVerificationError):
-            return True
-        if type(current).__name__ in _PERMANENT_NAMES or _PERMANENT_TEXT.search(str(current)):
+        if kind_of(current) is Kind.CERTIFICATE or _PERMANENT_TEXT.search(str(current)):
             return True
     return False
 
@@ -195,22 +160,11 @@ def is_transient(exc: BaseException) -> bool:
             return True
         if isinstance(current, _PERMANENT):
             return False
-        if isinstance(current, (ConnectionError, TimeoutError)):
-            return True
-        status = getattr(current, "status", None) or getattr(current, "status_code", None)
-        if status in TRANSIENT_STATUS:
-            return True
-        name = type(current).__name__
-        if name in _TRANSIENT_NAMES:
-            return True
-        response = getattr(current, "response", None)  # botocore's ClientError
-        if isinstance(response, dict):
-            if response.get("Error", {}).get("Code") in _TRANSIENT_CODES:
-                return True
-            if response.get("ResponseMetadata", {}).get("HTTPStatusCode") in TRANSIENT_STATUS:
-                return True
-        if "Generic" in name and _TRANSIENT_TEXT.search(str(current)):  # obstore
-            return True
+        kind = kind_of(current)
+        if kind is not None:
+            return kind.transient
+        if "Generic" in type(current).__name__ and _TRANSIENT_TEXT.search(str(current)):
+            return True  # obstore
     return False
 
 

@@ -14,6 +14,7 @@ import re
 from urllib.parse import urlsplit
 
 from remote_keras import errors
+from remote_keras.client_errors import Kind, kind_of
 from remote_keras.storage import retry
 
 _STATUS = re.compile(r"status(?: code)?: (\d{3})\b")
@@ -67,21 +68,22 @@ def one_line_error(url: str, exc: BaseException) -> OSError:
     where = _address(text)
     cause: BaseException | None = None
     error: OSError | None = None
-    if isinstance(exc, FileNotFoundError) or kind == "NotFoundError" or status in (404, 410):
+    meaning = kind_of(exc, status)  # by obstore's type, else the status its message gives
+    if meaning is Kind.NOT_FOUND:
         error = FileNotFoundError(f"No such file or object: {shown!r} ({http or 'not found'})")
         status = status or 404
-    elif kind in ("PermissionDeniedError", "UnauthenticatedError") or status in (401, 403):
+    elif meaning is Kind.DENIED:
         reason = http or "credentials refused"
         error = PermissionError(f"Access denied to {shown!r} ({reason}); check the credentials")
     elif status is not None:
         message = _S3_MESSAGE.search(text)
-        permanent = status < 500 and status not in retry.TRANSIENT_STATUS
+        permanent = not (meaning and meaning.transient)
         reason = f"{http}: {message.group(1)}" if message and permanent else http
         what = {408: "Request timeout for", 429: "Too many requests for"}.get(
             status, "Server error for" if status >= 500 else "Could not read"
         )
         error = errors.ImageLoadError(shown, f"{what} {shown!r} ({reason})")
-        cause = OSError(reason) if status in retry.TRANSIENT_STATUS else None
+        cause = None if permanent else OSError(reason)
     elif _TLS.search(text):
         error = errors.ImageLoadError(shown, f"TLS certificate of {where} rejected for {shown!r}")
     elif _DNS.search(text):  # the resolver's words tell an unknown host from a flaky lookup
