@@ -117,34 +117,6 @@ class ImageLoadError(_NamesUrl, OSError):
         self.url = redact(url)
 
 
-def gave_up(
-    url: str, attempts: int, cause: BaseException, seconds: float | None = None
-) -> ImageLoadError:
-    """The error raised when retries of a transient failure are exhausted.
-
-    Args:
-        url: What could not be read.
-        attempts: Requests made for it.
-        cause: The last failure.
-        seconds: Time spent since the first attempt, when known.
-
-    Returns:
-        An `ImageLoadError` with `attempts` and `seconds` attributes.
-    """
-    shown = redact(url)
-    last = cause.__cause__ if isinstance(cause, ImageLoadError) and cause.__cause__ else cause
-    spent = f" over {seconds:.1f} s" if seconds is not None else ""
-    error = ImageLoadError(
-        shown,
-        f"Gave up reading {shown!r} after {attempts} attempt(s){spent}; last error: "
-        f"{type(last).__name__}: {last}",
-    )
-    error.attempts = attempts
-    error.seconds = seconds
-    error.__cause__ = sanitize(cause)
-    return error
-
-
 class ImageDecodeError(_NamesUrl, ValueError):
     """The bytes read from `url` are not an image Pillow can decode.
 
@@ -179,6 +151,42 @@ class ChecksumMismatchError(ImageLoadError):
     source: str = ""
     attempts: int = 1
     seconds: float | None = None
+
+
+def gave_up(
+    url: str, attempts: int, cause: BaseException, seconds: float | None = None
+) -> ImageLoadError:
+    """The error raised when retries of a transient failure are exhausted.
+
+    Args:
+        url: What could not be read.
+        attempts: Requests made for it.
+        cause: The last failure.
+        seconds: Time spent since the first attempt, when known.
+
+    Returns:
+        An `ImageLoadError` (a `ChecksumMismatchError` when the last read's
+        body failed its checksum) with `attempts` and `seconds` attributes.
+    """
+    spent = f" over {seconds:.1f} s" if seconds is not None else ""
+    if isinstance(cause, ChecksumMismatchError):
+        error: ImageLoadError = ChecksumMismatchError(
+            cause.url, f"Gave up reading {cause.url!r} after {attempts} attempt(s){spent}: {cause}"
+        )
+        error.__dict__.update(cause.__dict__)
+        error.attempts, error.seconds = attempts, seconds
+        return error
+    shown = redact(url)
+    last = cause.__cause__ if isinstance(cause, ImageLoadError) and cause.__cause__ else cause
+    error = ImageLoadError(
+        shown,
+        f"Gave up reading {shown!r} after {attempts} attempt(s){spent}; last error: "
+        f"{type(last).__name__}: {last}",
+    )
+    error.attempts = attempts
+    error.seconds = seconds
+    error.__cause__ = sanitize(cause)
+    return error
 
 
 class StoreResponseError(OSError):

@@ -31,6 +31,7 @@ CORE_MODULES = (
     "remote_keras.errors",
     "remote_keras.causes",
     "remote_keras.redaction",
+    "remote_keras.client_errors",
     "remote_keras.demo",
 )
 # Modules of the Keras front that need no Keras to import (they use it when called).

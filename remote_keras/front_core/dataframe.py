@@ -12,7 +12,7 @@ from typing_extensions import Unpack
 
 from remote_keras import errors
 from remote_keras.front_core.batch_core import RemoteBatchCore
-from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
+from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides, keras_arguments
 from remote_keras.storage import listing, locations, records, saving
 from remote_keras.storage.compact import PrefixedPaths
 
@@ -50,35 +50,14 @@ class DataFrameCore(RemoteBatchCore):
         options: LoaderOptions | None = None,
         **overrides: Unpack[LoaderOverrides],
     ):
+        arguments = keras_arguments(locals(), "dataframe")
         saving.check_save_prefix(save_to_dir, save_prefix)
         self._init_remote(options, overrides)
         if isinstance(dataframe, (str, os.PathLike)):
             dataframe = self._read_table(os.fspath(dataframe))
         check_path_column(dataframe, x_col)
-        cast(Any, super()).__init__(  # Keras's `DataFrameIterator`, next in the MRO
-            dataframe,
-            directory=directory,
-            image_data_generator=image_data_generator,
-            x_col=x_col,
-            y_col=y_col,
-            weight_col=weight_col,
-            target_size=target_size,
-            color_mode=color_mode,
-            classes=classes,
-            class_mode=class_mode,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            data_format=data_format,
-            save_to_dir=save_to_dir,
-            save_prefix=save_prefix,
-            save_format=save_format,
-            subset=subset,
-            interpolation=interpolation,
-            keep_aspect_ratio=keep_aspect_ratio,
-            dtype=dtype,
-            validate_filenames=validate_filenames,
-        )
+        # Keras's `DataFrameIterator`, next in the MRO
+        cast(Any, super()).__init__(dataframe, **arguments)
         self._finish_init()
 
     def _read_table(self, url: str):

@@ -12,7 +12,7 @@ from typing import Any, cast
 from typing_extensions import Unpack
 
 from remote_keras.front_core.batch_core import RemoteBatchCore
-from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
+from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides, keras_arguments
 from remote_keras.storage import listing, locations, saving
 
 
@@ -43,26 +43,9 @@ class DirectoryCore(RemoteBatchCore):
         options: LoaderOptions | None = None,
         **overrides: Unpack[LoaderOverrides],
     ):
+        arguments = keras_arguments(locals(), "directory", "image_data_generator")
         saving.check_save_prefix(save_to_dir, save_prefix)
         self._init_remote(options, overrides)
-        arguments = dict(
-            target_size=target_size,
-            color_mode=color_mode,
-            classes=classes,
-            class_mode=class_mode,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            data_format=data_format,
-            save_to_dir=save_to_dir,
-            save_prefix=save_prefix,
-            save_format=save_format,
-            follow_links=follow_links,
-            subset=subset,
-            interpolation=interpolation,
-            keep_aspect_ratio=keep_aspect_ratio,
-            dtype=dtype,
-        )
         if locations.is_url(os.fspath(directory)):
             self._listing = (os.fspath(directory), image_data_generator, arguments)
             init_from_listing(self, *self._listing[:2], **arguments)

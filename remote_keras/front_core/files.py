@@ -5,17 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from remote_keras.pipeline.engine import ReadEngine
+from remote_keras.pipeline.engine import EngineAttributes, ReadEngine
 from remote_keras.pipeline.epochs import EpochPlanner
 from remote_keras.pipeline.prefetch import Prefetcher
 from remote_keras.storage import compact, locations
-from remote_keras.storage.cache import DiskCache
 from remote_keras.storage.compact import PrefixedPaths
 from remote_keras.storage.lakefs import LakeFSPin
 from remote_keras.storage.listing import IMAGE_FORMATS, ListingScope
 
 
-class FilesMixin:
+class FilesMixin(EngineAttributes):
     """Keras's `filenames` and `filepaths`, the paths read, and the `ReadEngine`'s parts."""
 
     # Set by `RemoteBatchCore` and Keras's `__init__`.
@@ -40,21 +39,6 @@ class FilesMixin:
             formats=getattr(self, "white_list_formats", IMAGE_FORMATS),
             checks=(lambda: pools.get("fetch")) if pools is not None else None,
         )
-
-    @property
-    def loader(self) -> Any:
-        """The loader reading the files (`loader_choice` says which and why)."""
-        return self.engine.loader
-
-    @property
-    def loader_choice(self) -> str:
-        """Which loader reads the files and why (`"given"` for a callable of one's own)."""
-        return self.engine.loader_choice
-
-    @property
-    def cache(self) -> DiskCache | None:
-        """The disk cache of fetched bytes, or `None`."""
-        return self.engine.cache
 
     @property
     def filesystems(self) -> locations.FileSystems:

@@ -12,7 +12,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides, split
+from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides, keras_arguments, split
 
 _DEPRECATED_DATAFRAME_KWARGS = {
     "has_ext": "`has_ext` is deprecated: filenames in the dataframe must match the stored "
@@ -112,24 +112,12 @@ class GeneratorCore:
         Returns:
             A `remote_keras.DirectoryIterator` yielding `(x, y)` batches.
         """
+        arguments = keras_arguments(locals(), "directory")
         return self.directory_iterator(
             directory,
             self,
-            target_size=target_size,
-            color_mode=color_mode,
-            keep_aspect_ratio=keep_aspect_ratio,
-            classes=classes,
-            class_mode=class_mode,
+            **arguments,
             data_format=self.data_format,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            save_to_dir=save_to_dir,
-            save_prefix=save_prefix,
-            save_format=save_format,
-            follow_links=follow_links,
-            subset=subset,
-            interpolation=interpolation,
             dtype=self.dtype,
             options=self.options.merged(overrides),
         )
@@ -169,6 +157,7 @@ class GeneratorCore:
         Returns:
             A `remote_keras.DataFrameIterator`.
         """
+        arguments = keras_arguments(locals(), "dataframe", "directory")
         ours, ignored = split(dict(overrides))
         for name, message in _DEPRECATED_DATAFRAME_KWARGS.items():
             if name in ignored:
@@ -186,28 +175,13 @@ class GeneratorCore:
                 DeprecationWarning,
                 stacklevel=2,
             )
-            class_mode = "raw"
+            arguments["class_mode"] = "raw"
         return self.dataframe_iterator(
             dataframe,
             directory,
             self,
-            x_col=x_col,
-            y_col=y_col,
-            weight_col=weight_col,
-            target_size=target_size,
-            color_mode=color_mode,
-            classes=classes,
-            class_mode=class_mode,
+            **arguments,
             data_format=self.data_format,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            save_to_dir=save_to_dir,
-            save_prefix=save_prefix,
-            save_format=save_format,
-            subset=subset,
-            interpolation=interpolation,
-            validate_filenames=validate_filenames,
             dtype=self.dtype,
             options=self.options.merged(ours),
         )

@@ -39,14 +39,6 @@ class SchedulingMixin:
     keras_batches: tuple[int, int] | None
     workers: int
     use_multiprocessing: bool
-    # Keras's settings of each image, read per batch (Keras lets users set them).
-    image_shape: tuple[int, ...]
-    dtype: Any
-    data_format: str
-    color_mode: str
-    target_size: tuple[int, int]
-    interpolation: str
-    keep_aspect_ratio: bool
 
     if TYPE_CHECKING:  # defined by `StateMixin`, `RemoteBatchCore` and the fronts
 
@@ -160,14 +152,15 @@ class SchedulingMixin:
 
     def _image_spec(self) -> batches.ImageSpec:
         """What each file becomes, from the iterator's settings now (Keras lets users set them)."""
+        it: Any = self  # Keras's attributes: image_shape, dtype, color_mode, ...
         return batches.ImageSpec(
-            tuple(self.image_shape),
-            self.dtype,
-            self.data_format,
-            self.color_mode,
-            (self.target_size[0], self.target_size[1]),
-            self.interpolation,
-            self.keep_aspect_ratio,
+            tuple(it.image_shape),
+            it.dtype,
+            it.data_format,
+            it.color_mode,
+            (it.target_size[0], it.target_size[1]),
+            it.interpolation,
+            it.keep_aspect_ratio,
             self.options.jpeg_draft,
         )
 

@@ -126,3 +126,24 @@ class ReadEngine:
 
     def __repr__(self) -> str:
         return f"<ReadEngine loader={self.loader!r}>"
+
+
+class EngineAttributes:
+    """The engine's parts as attributes of what reads through it (iterators, `BatchReader`)."""
+
+    engine: ReadEngine
+
+    @property
+    def loader(self) -> Any:
+        """The loader reading the files (`loader_choice` says which and why)."""
+        return self.engine.loader
+
+    @property
+    def loader_choice(self) -> str:
+        """Which loader reads the files and why (`"given"` for a callable of one's own)."""
+        return self.engine.loader_choice
+
+    @property
+    def cache(self) -> DiskCache | None:
+        """The disk cache of fetched bytes, or `None`."""
+        return self.engine.cache

@@ -205,6 +205,24 @@ def split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return ours, {k: v for k, v in kwargs.items() if k not in NAMES}
 
 
+def keras_arguments(given: dict[str, Any], *kept_back: str) -> dict[str, Any]:
+    """A front's Keras arguments, from `locals()` taken first thing in its `__init__`/`flow_from_*`.
+
+    The fronts spell out Keras's signatures (for users, IDEs and Keras's
+    defaults); the values pass on unchanged, so they are gathered here once
+    rather than listed a second time.
+
+    Args:
+        given: `locals()` at the top of the function: only its parameters.
+        kept_back: Parameters passed on separately (positional ones).
+
+    Returns:
+        The parameters but `self`, `options`, the `**overrides` and `kept_back`.
+    """
+    left_out = {"self", "__class__", "options", "overrides", *kept_back}
+    return {name: value for name, value in given.items() if name not in left_out}
+
+
 def _check(options: LoaderOptions) -> None:
     """Raises for an invalid option, with a Keras-style message naming it.
 

@@ -20,18 +20,17 @@ from typing_extensions import Unpack
 
 from remote_keras import errors
 from remote_keras.pipeline import batches, sharding
-from remote_keras.pipeline.engine import ReadEngine
+from remote_keras.pipeline.engine import EngineAttributes, ReadEngine
 from remote_keras.pipeline.epochs import BatchPlan, EpochPlanner
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
 from remote_keras.pipeline.prefetch import Prefetcher, WorkerPools
 from remote_keras.pipeline.stats import LoaderStats
-from remote_keras.storage.cache import DiskCache
 
 CLASS_MODES = ("sparse", "binary", "categorical", "raw", None)
 _CHANNELS = {"grayscale": 1, "rgb": 3, "rgba": 4}
 
 
-class BatchReader:
+class BatchReader(EngineAttributes):
     """Reads batches of images (and labels) from paths or URLs, with the core pipeline alone.
 
     Batch `i` of epoch `e` is a function of `(seed, e, i)`, as for the Keras
@@ -134,16 +133,6 @@ class BatchReader:
         self._prefetcher = Prefetcher(self._pools, opts.prefetch_batches)
         self._lock = threading.Lock()
         self.epoch = 0
-
-    @property
-    def loader(self) -> Any:
-        """The loader reading the files."""
-        return self.engine.loader
-
-    @property
-    def cache(self) -> DiskCache | None:
-        """The disk cache of fetched bytes, or `None`."""
-        return self.engine.cache
 
     def batch_pixels(self) -> batches.Pixels:
         """No augmentation or standardization; images become arrays in `dtype`."""

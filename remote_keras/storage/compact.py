@@ -36,6 +36,19 @@ class _Strings(Sequence[str]):
 
     __hash__ = None  # type: ignore[assignment]
 
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self._item(i) for i in range(*index.indices(len(self)))]
+        return self._item(index)
+
+    def _item(self, index: int) -> str:
+        """The string at `index` (negative counts from the end; out of range raises IndexError)."""
+        raise NotImplementedError
+
 
 class PrefixedPaths(_Strings):
     """`prefix + name` for each name of `names`, computed on access (a read-only sequence).
@@ -57,13 +70,7 @@ class PrefixedPaths(_Strings):
     def __len__(self) -> int:
         return len(self._names)
 
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[str]: ...
-    def __getitem__(self, index: int | slice) -> str | list[str]:
-        if isinstance(index, slice):
-            return [self.prefix + name for name in self._names[index]]
+    def _item(self, index: int) -> str:
         return self.prefix + self._names[index]
 
     def __iter__(self) -> Iterator[str]:
@@ -99,13 +106,7 @@ class PackedNames(_Strings):
     def __len__(self) -> int:
         return len(self._ends)
 
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[str]: ...
-    def __getitem__(self, index: int | slice) -> str | list[str]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+    def _item(self, index: int) -> str:
         ends = self._ends
         end = ends[index]  # raises IndexError as a list does
         if index < 0:

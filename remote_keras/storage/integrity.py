@@ -124,32 +124,6 @@ def mismatch(url: str, checksum: Checksum, got: str) -> ChecksumMismatchError:
     return error
 
 
-def gave_up(
-    url: str, attempts: int, cause: BaseException, seconds: float | None = None
-) -> errors.ImageLoadError:
-    """`errors.gave_up`, except that a checksum mismatch stays a `ChecksumMismatchError`.
-
-    Args:
-        url: What could not be read.
-        attempts: Requests made for it.
-        cause: The last failure.
-        seconds: Time spent since the first attempt, when known.
-
-    Returns:
-        An `ImageLoadError` (a `ChecksumMismatchError` for a mismatch) with
-        `attempts` and `seconds` attributes.
-    """
-    if not isinstance(cause, ChecksumMismatchError):
-        return errors.gave_up(url, attempts, cause, seconds)
-    spent = f" over {seconds:.1f} s" if seconds is not None else ""
-    error = ChecksumMismatchError(
-        cause.url, f"Gave up reading {cause.url!r} after {attempts} attempt(s){spent}: {cause}"
-    )
-    error.__dict__.update(cause.__dict__)
-    error.attempts, error.seconds = attempts, seconds
-    return error
-
-
 def attempts_allowed(result: BaseException, attempts: int | None) -> float:
     """Reads allowed for a file whose last read failed with `result`, given the policy's cap."""
     limit = float("inf") if attempts is None else attempts

@@ -309,7 +309,7 @@ class RetryRounds:
         """`results` with transient failures replaced by an error naming the attempts."""
         spent = self._clock() - self._start
         return [
-            integrity.gave_up(path, attempts, result, seconds=spent)
+            errors.gave_up(path, attempts, result, seconds=spent)
             if isinstance(result, BaseException) and is_transient(result)
             else result
             for path, attempts, result in zip(self.paths, self._attempts, results)

@@ -7,7 +7,7 @@ import json
 import os
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from remote_keras.storage import connections
@@ -50,6 +50,14 @@ _CONFIG_KWARGS_IGNORED = frozenset(
 )  # fmt: skip
 _S3_CONFIG_IGNORED = frozenset({"payload_signing_enabled", "us_east_1_regional_endpoint"})
 _SIGV4 = (None, "s3v4", "v4")
+
+
+class _S3Arguments(NamedTuple):
+    """s3fs's arguments, consumed (popped) as each is turned into obstore's."""
+
+    options: dict[str, Any]
+    client_kwargs: dict[str, Any]
+    config_kwargs: dict[str, Any]
 
 
 @dataclasses.dataclass
@@ -152,9 +160,10 @@ def translate_options(
     if client_kwargs.pop("config", None) is not None:
         raise ValueError(_inexpressible("`client_kwargs['config']` (a botocore Config)"))
     client_kwargs.pop("api_version", None)
-    _s3_credentials(options, client_kwargs, config_kwargs, settings)
-    endpoint = _s3_endpoint(options, client_kwargs, config_kwargs, settings, environ)
-    _s3_transport(options, client_kwargs, config_kwargs, settings)
+    given = _S3Arguments(options, client_kwargs, config_kwargs)
+    _s3_credentials(given, settings)
+    endpoint = _s3_endpoint(given, settings, environ)
+    _s3_transport(given, settings)
     style = _s3_addressing(config_kwargs, settings)
     unknown = sorted(set(config_kwargs) - _CONFIG_KWARGS_IGNORED)
     if unknown:
@@ -172,13 +181,9 @@ def translate_options(
     return settings
 
 
-def _s3_credentials(
-    options: dict[str, Any],
-    client_kwargs: dict[str, Any],
-    config_kwargs: dict[str, Any],
-    settings: _ObstoreSettings,
-) -> None:
+def _s3_credentials(given: _S3Arguments, settings: _ObstoreSettings) -> None:
     """Explicit keys (as `settings.credentials`), `anon` and `requester_pays`."""
+    options, client_kwargs, config_kwargs = given
     key = _one_of(
         "the access key",
         options.pop("key", None),
@@ -216,13 +221,10 @@ def _s3_credentials(
 
 
 def _s3_endpoint(
-    options: dict[str, Any],
-    client_kwargs: dict[str, Any],
-    config_kwargs: dict[str, Any],
-    settings: _ObstoreSettings,
-    environ: Mapping[str, str],
+    given: _S3Arguments, settings: _ObstoreSettings, environ: Mapping[str, str]
 ) -> str | None:
     """The endpoint and region, from the options first, then botocore's variables."""
+    options, client_kwargs, config_kwargs = given
     region = _first_given(
         client_kwargs.pop("region_name", None),
         config_kwargs.pop("region_name", None),
@@ -252,13 +254,9 @@ def _s3_endpoint(
     return endpoint
 
 
-def _s3_transport(
-    options: dict[str, Any],
-    client_kwargs: dict[str, Any],
-    config_kwargs: dict[str, Any],
-    settings: _ObstoreSettings,
-) -> None:
+def _s3_transport(given: _S3Arguments, settings: _ObstoreSettings) -> None:
     """TLS, timeouts, retries, proxy and user agent."""
+    options, client_kwargs, config_kwargs = given
     client_options = settings.client_options
     is_http = bool(client_options.get("allow_http"))
     use_ssl = _one_of("use_ssl", options.pop("use_ssl", None), client_kwargs.pop("use_ssl", None))
