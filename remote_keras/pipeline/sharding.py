@@ -31,8 +31,6 @@ import sys
 
 import numpy as np
 
-REMAINDERS = ("pad", "drop")
-
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
@@ -72,13 +70,11 @@ def resolve(num_shards: int | None, shard_index: int | None, remainder: str = "p
     Args:
         num_shards: Number of workers; `1` turns sharding (and detection) off.
         shard_index: This worker's index.
-        remainder: `"pad"` or `"drop"`.
+        remainder: `"pad"` or `"drop"` (checked with the other options, by `LoaderOptions`).
 
     Returns:
         A `Shard`.
     """
-    if remainder not in REMAINDERS:
-        raise ValueError(f'`shard_remainder` must be "pad" or "drop". Received: {remainder!r}')
     if num_shards is None and shard_index is None:
         detected = detect()
         return dataclasses.replace(detected, remainder=remainder)
