@@ -32,13 +32,13 @@ XDIST := -n $(TEST_WORKERS) --dist loadfile
 # Run on the oldest pair too (the two-JAX-process test skips there, saying why).
 OLDEST_TESTS := tests/test_api.py tests/test_parity.py tests/test_concurrency.py \
 	tests/test_keras_preprocessing_suite.py tests/test_sharding.py \
-	tests/test_sharding_versions.py tests/test_resume.py tests/test_image_dataset.py \
+	tests/test_sharding_versions.py tests/test_resume.py tests/test_resume_sigkill.py tests/test_image_dataset.py \
 	tests/test_image_dataset_resume.py
 
 # On Keras's next release (the keras-nightly build .ci/keras-nightly.txt names): the tests of
 # what depends on Keras's call order: the batch order rule, resume at every step and epoch
 # boundary, reads per epoch and look-ahead, sharding (two JAX processes), dataset resume.
-NIGHTLY_TESTS := tests/test_fit_order.py tests/test_resume.py tests/test_fit_reads.py \
+NIGHTLY_TESTS := tests/test_fit_order.py tests/test_resume.py tests/test_resume_sigkill.py tests/test_fit_reads.py \
 	tests/test_sharding.py tests/test_image_dataset_resume.py tests/test_concurrency.py \
 	tests/test_passes.py
 
@@ -53,7 +53,7 @@ KERAS2_LEGACY_TESTS := tests/keras2/test_parity.py tests/keras2/test_image_datas
 	tests/keras2/test_faults.py::test_a_corrupt_image_ends_fit_in_its_epoch_naming_the_url \
 	tests/keras2/test_faults.py::test_a_truncated_jpeg_at_its_own_size_is_named \
 	tests/keras2/test_lakefs.py::test_presigned_pinned_reads_equal_stock_and_go_to_the_store \
-	tests/keras2/test_resume.py
+	tests/keras2/test_resume.py tests/keras2/test_resume_sigkill.py
 
 .PHONY: install demo test test-fast test-oldest test-keras2 test-nightly lint docs bench bench-scale clean \
 	azurite

@@ -439,7 +439,9 @@ def test_a_lakefs_epoch_never_fills_the_connection_pool(lakefs_data, monkeypatch
     server, repo = lakefs_data
     options = dict(server.storage_options, skip_instance_cache=True)  # a fresh client each
     assert not _pool_warnings(options, repo)
-    monkeypatch.setattr(connections, "POOL_CONNECTIONS", 0)  # the SDK's own pool: the test can tell
+    monkeypatch.setattr(
+        connections, "LIMITS", connections.Limits(per_host=0)
+    )  # the SDK's own pool: the test can tell
     assert _pool_warnings(options, repo)
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import subprocess
-import sys
 import uuid
 import warnings
 
@@ -344,76 +342,6 @@ def test_resumed_lakefs_run_reads_the_first_runs_commit(image_dir, tmp_path):
             repository.delete()
 
 
-# --------------------------------------------------------------------------- SIGKILL, S3
-
-
-@pytest.mark.slow
-def test_sigkill_mid_epoch_then_resume_on_s3(s3_images, s3_options, s3_proxy, tmp_path):
-    """A crash in epoch 2 of 3, resumed in a new process: the same stream, nothing read twice."""
-    url, df = s3_images
-    files = list(df["filename"])
-    base = [sys.executable, os.path.join(ROOT, "tests", "resume_run.py"), "--directory", url,
-            "--files", json.dumps(files), "--storage-options", json.dumps(s3_options),
-            "--backup", str(tmp_path / "backup"), "--save-freq", "3"]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=ROOT)
-
-    def run(name: str, *extra: str) -> tuple[list[dict], int, int, str]:
-        record = str(tmp_path / f"{name}.jsonl")
-        s3_proxy.reset()
-        done = subprocess.run(base + ["--record", record, *extra], env=env, timeout=300,
-                              capture_output=True, text=True)  # fmt: skip
-        gets = s3_proxy.reset().get("GET", 0)
-        lines = [json.loads(line) for line in open(record)] if os.path.exists(record) else []
-        return lines, done.returncode, gets, done.stderr[-3000:]
-
-    reference, rc, _, error = run("reference", "--backup", str(tmp_path / "unused"),
-                           "--weights", str(tmp_path / "reference.npz"))  # fmt: skip
-    assert rc == 0, error
-    per_epoch = -(-len(files) // 2)
-    crashed, rc, _, error = run("crashed", "--kill", "1:5")
-    assert rc == -9, error  # SIGKILL
-    assert len(crashed) == per_epoch + 6
-    metadata = json.load(open(tmp_path / "backup" / "training_metadata.json"))
-    saved = metadata["remote_keras"]
-    # 11 steps an epoch, a backup every 3: the last one after step 4 of epoch 2 (from 0).
-    assert (saved["epoch"], saved["batch"]) == (1, 4)
-    restart = per_epoch + 4
-    resumed, rc, gets, error = run("resumed", "--weights", str(tmp_path / "resumed.npz"))
-    assert rc == 0, error
-    assert crashed[:restart] == reference[:restart]
-    assert resumed == reference[restart:]  # same files, order and augmentation
-    assert gets == sum(len(step["rows"]) for step in resumed)  # nothing before it read again
-    ours, theirs = np.load(tmp_path / "resumed.npz"), np.load(tmp_path / "reference.npz")
-    for key in theirs.files:
-        np.testing.assert_array_equal(ours[key], theirs[key])
-
-
-@pytest.mark.slow
-def test_sigkill_then_resume_under_jax(image_dir, tmp_path):
-    """The same crash and resume on Keras's JAX backend (local files)."""
-    pytest.importorskip("jax")
-    local, df = image_dir
-    files = json.dumps(list(df["filename"]))
-    base = [sys.executable, os.path.join(ROOT, "tests", "resume_run.py"), "--directory", local,
-            "--files", files, "--backup", str(tmp_path / "backup")]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=ROOT, KERAS_BACKEND="jax")
-
-    def run(name: str, *extra: str) -> tuple[list[dict], int]:
-        record = str(tmp_path / f"{name}.jsonl")
-        done = subprocess.run(base + ["--record", record, *extra], env=env, timeout=300,
-                              capture_output=True, text=True)  # fmt: skip
-        assert done.returncode in (0, -9), done.stderr[-3000:]
-        return [json.loads(line) for line in open(record)], done.returncode
-
-    reference, _ = run("reference", "--backup", str(tmp_path / "unused"))
-    crashed, rc = run("crashed", "--kill", "1:5")
-    resumed, _ = run("resumed")
-    assert rc == -9
-    restart = len(reference) // 3 + 4  # the backup after step 4 of epoch 2 (a backup every 3)
-    assert crashed[:restart] == reference[:restart]
-    assert resumed == reference[restart:]
-
-
 @pytest.mark.parametrize(
     ("interrupt", "save_freq", "resumed_from"),
     [((1, 5), 2, 1), ((1, 6), 1, 2), ((1, 6), "epoch", 1)],
@@ -496,52 +424,3 @@ def test_backup_files_complete_a_torn_pair_and_remove_only_their_own_leftovers(t
 
 
 # --------------------------------------------------------------------------- SIGKILL sweep
-
-# A chain of runs of 3 epochs of 3 batches, a backup after every batch: each run resumes the
-# previous one's backup and is killed at the next point, so every training step is killed in
-# turn, and every point of a save: after the weights' temporary file (`weights`), between
-# the weights' and the metadata's renames (`torn`), after the save (`saved`), and each epoch
-# boundary (after the last batch's save and before the epoch's end: `saved`, `epoch_end`).
-# `(global step, phase)`; the next run restarts at the step, or after it once it was saved.
-SWEEP = [(0, "weights"), (0, "torn"), (1, "saved"), (2, "saved"), (3, "torn"), (4, "weights"),
-         (5, "epoch_end"), (6, "saved"), (7, "torn"), (8, "saved")]  # fmt: skip
-
-
-@pytest.mark.slow
-def test_sigkill_at_every_step_and_save_point_then_resume(image_dir, tmp_path):
-    """Every restart continues the uninterrupted run's stream, weights included; none crashes."""
-    local, df = image_dir
-    files = json.dumps(list(df["filename"])[:6])  # 3 batches of 2
-    backup = tmp_path / "backup"
-    base = [sys.executable, os.path.join(ROOT, "tests", "resume_run.py"), "--directory", local,
-            "--files", files, "--backup", str(backup), "--save-freq", "1"]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=ROOT)
-
-    def run(name: str, *extra: str) -> tuple[list[dict], int]:
-        record = str(tmp_path / f"{name}.jsonl")
-        done = subprocess.run(base + ["--record", record, *extra], env=env, timeout=300,
-                              capture_output=True, text=True)  # fmt: skip
-        assert done.returncode in (0, -9), f"{name}: {done.stderr[-3000:]}"
-        lines = [json.loads(line) for line in open(record)] if os.path.exists(record) else []
-        return lines, done.returncode
-
-    reference, _ = run("reference", "--backup", str(tmp_path / "unused"),
-                       "--weights", str(tmp_path / "reference.npz"))  # fmt: skip
-    assert len(reference) == 9
-    restart, leftover = 0, None
-    for step, phase in SWEEP:
-        name = f"kill-{step}-{phase}"
-        record, rc = run(name, "--kill-step", f"{step - restart}:{phase}")
-        assert rc == -9, f"{name} was not killed"
-        assert record == reference[restart : step + 1], name  # batches, augmentation, weights
-        if leftover is not None:  # the killed save's temporary file, removed by this run's save
-            assert not os.path.exists(leftover), name
-        temporaries = sorted(backup.glob(".*.tmp.latest.weights.h5"))
-        leftover = temporaries[0] if phase == "weights" else None
-        assert phase != "weights" or leftover is not None
-        restart = step if phase == "weights" else step + 1
-    record, rc = run("last", "--weights", str(tmp_path / "resumed.npz"))
-    assert rc == 0 and record == reference[restart:]
-    ours, theirs = np.load(tmp_path / "resumed.npz"), np.load(tmp_path / "reference.npz")
-    for key in theirs.files:
-        np.testing.assert_array_equal(ours[key], theirs[key])

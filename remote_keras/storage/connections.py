@@ -8,17 +8,49 @@ and lakeFS API calls keep the defaults below.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
-# Connections kept per host by s3fs (botocore) and the lakeFS SDK: one per request in flight
-# (botocore keeps 10 and the SDK 5 per CPU core by default, which drops and reopens
-# connections at remote_keras's concurrency).
-POOL_CONNECTIONS = 256
 
-# Seconds to connect and to wait for each read, for listings and lakeFS API calls.
-CONNECT_TIMEOUT_S = 10
-READ_TIMEOUT_S = 60
+@dataclasses.dataclass(frozen=True)
+class Timeouts:
+    """Seconds a client waits, to connect and for each read (the model: httpx's `Timeout`).
+
+    Attributes:
+        connect_s: To open a connection.
+        read_s: For each read of a response (a stalled read then fails and
+            is retried by `RetryPolicy`, never hangs a batch).
+    """
+
+    connect_s: float
+    read_s: float
+
+    def pair(self) -> tuple[float, float]:
+        """`(connect, read)`, as urllib3 and the lakeFS SDK take them."""
+        return (self.connect_s, self.read_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """How many connections a client keeps (the model: httpx's `Limits`).
+
+    Attributes:
+        per_host: Connections kept per host: one per request in flight
+            (botocore keeps 10 and the lakeFS SDK 5 per CPU core by default,
+            which drops and reopens connections at this package's concurrency).
+    """
+
+    per_host: int
+
+
+# Listings and lakeFS API calls (reads take `RetryPolicy.timeout_s` instead).
+API_TIMEOUTS = Timeouts(connect_s=10, read_s=60)
+# s3fs (botocore), the lakeFS SDK and presigned reads (urllib3).
+LIMITS = Limits(per_host=256)
+# obstore's: it cannot cancel a request, and a process waits for its thread at exit, so
+# connecting gets less than its own default (a 30 s overall timeout otherwise).
+OBSTORE_TIMEOUTS = Timeouts(connect_s=5, read_s=API_TIMEOUTS.read_s)
 
 # obstore retries 10 times over up to 3 minutes by default, inside each of remote_keras's own
 # attempts: a refused connection cost 11 GETs and 2 s per attempt.
@@ -27,12 +59,30 @@ OBSTORE_RETRY: dict[str, Any] = {
     "retry_timeout": timedelta(seconds=10),
     "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=1)},
 }
-# obstore's own default is a 30 s overall timeout; `RetryPolicy.timeout_s` lowers these: a
-# request cannot be cancelled, and a process waits for its thread at exit.
-OBSTORE_CLIENT: dict[str, Any] = {
-    "connect_timeout": timedelta(seconds=5),
-    "timeout": timedelta(seconds=READ_TIMEOUT_S),
-}
+
+
+def obstore_client_options(timeout_s: float | None) -> dict[str, Any]:
+    """obstore's `client_options` timeouts: `OBSTORE_TIMEOUTS`, each request bounded by `timeout_s`.
+
+    Args:
+        timeout_s: `RetryPolicy.timeout_s`, or `None` for the defaults.
+
+    Returns:
+        `connect_timeout` and `timeout` as `timedelta`s.
+    """
+    connect = timedelta(seconds=OBSTORE_TIMEOUTS.connect_s)
+    whole = timedelta(seconds=OBSTORE_TIMEOUTS.read_s if timeout_s is None else timeout_s)
+    return {"connect_timeout": min(connect, whole), "timeout": whole}
+
+
+def botocore_config() -> dict[str, Any]:
+    """botocore's `config_kwargs` for the pool and timeouts (s3fs's listings and reads)."""
+    return {
+        "max_pool_connections": LIMITS.per_host,
+        "connect_timeout": API_TIMEOUTS.connect_s,
+        "read_timeout": API_TIMEOUTS.read_s,
+    }
+
 
 # Filesystems whose own retry loop (an attribute, not an option) is turned off for reads.
 NO_CLIENT_RETRIES = {"s3": "retries", "s3a": "retries"}

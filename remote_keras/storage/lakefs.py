@@ -16,7 +16,7 @@ Configuration is lakeFS's own: `storage_options` (`host`, `username`,
 
 The lakeFS SDK keeps `5 * cpu_count` connections per host, fewer than the
 iterator's fetch threads (`max_in_flight`, 128 by default); `get_object`
-raises that to `connections.POOL_CONNECTIONS` on first use, so connections are reused
+raises that to `connections.LIMITS.per_host` on first use, so connections are reused
 instead of discarded (urllib3's "Connection pool is full" warnings).
 """
 
@@ -35,7 +35,7 @@ from remote_keras.storage.integrity import Checksum
 # Connections the lakeFS client keeps per host, as s3fs's pool (`storage.PROTOCOL_DEFAULTS`).
 # (connect, read) seconds of one object read, as for S3 (`storage.PROTOCOL_DEFAULTS`): a
 # stalled read becomes a transient failure that is retried, never a hung batch.
-REQUEST_TIMEOUT_S = (limits.CONNECT_TIMEOUT_S, limits.READ_TIMEOUT_S)
+REQUEST_TIMEOUT_S = limits.API_TIMEOUTS.pair()
 _POOL_LOCK = threading.Lock()
 
 
@@ -166,7 +166,7 @@ def get_object(fs: Any, url: str) -> tuple[bytes, Checksum | None]:
     """
     repository, ref, path = split(url)
     api = fs.client.sdk_client.objects_api
-    if getattr(api.api_client, "_remote_keras_pool", 0) < limits.POOL_CONNECTIONS:
+    if getattr(api.api_client, "_remote_keras_pool", 0) < limits.LIMITS.per_host:
         size_pool(fs.client)
     response = api.get_object_with_http_info(
         repository, ref, path, presign=False, _request_timeout=REQUEST_TIMEOUT_S
@@ -228,7 +228,7 @@ def _list_document(
 ) -> dict[str, Any]:
     """One page of `objects/ls` as its raw JSON document."""
     api = fs.client.sdk_client.objects_api
-    if getattr(api.api_client, "_remote_keras_pool", 0) < limits.POOL_CONNECTIONS:
+    if getattr(api.api_client, "_remote_keras_pool", 0) < limits.LIMITS.per_host:
         size_pool(fs.client)
     response = api.list_objects_with_http_info(
         repository,
@@ -301,12 +301,12 @@ def size_pool(client: Any, connections: int | None = None) -> None:
     Args:
         client: A `lakefs.Client`, e.g. `LakeFSFileSystem(...).client`.
         connections: Connections to keep per host; default
-            `remote_keras.storage.connections.POOL_CONNECTIONS`.
+            `remote_keras.storage.connections.LIMITS.per_host`.
     """
     from lakefs_sdk import rest
 
     if connections is None:
-        connections = limits.POOL_CONNECTIONS
+        connections = limits.LIMITS.per_host
 
     with _POOL_LOCK:
         api_client = client.sdk_client.objects_api.api_client

@@ -29,15 +29,13 @@ PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
     "s3": {
         "max_concurrency": 1,
         "config_kwargs": {
-            "max_pool_connections": connections.POOL_CONNECTIONS,
+            **connections.botocore_config(),
             "response_checksum_validation": "when_required",
             # s3fs and botocore each retry up to 5 times, multiplied (25 GETs and 40 s for
             # one 503; 250 for a stall). Listings keep botocore's one retry; reads make none
             # (`connections.fsspec_reading_options`): remote_keras retries them, counted,
             # after Retry-After.
             "retries": {"total_max_attempts": 2},
-            "connect_timeout": connections.CONNECT_TIMEOUT_S,
-            "read_timeout": connections.READ_TIMEOUT_S,
         },
     },
 }

@@ -310,7 +310,7 @@ class PresignedReader:
             with self._lock:
                 if self._http is None:
                     self._http = urllib3.PoolManager(
-                        maxsize=connections.POOL_CONNECTIONS,
+                        maxsize=connections.LIMITS.per_host,
                         retries=False,
                         timeout=urllib3.Timeout(*lakefs.REQUEST_TIMEOUT_S),
                     )

@@ -135,14 +135,8 @@ def translate_options(
     """
     options = dict(options)
     settings = _ObstoreSettings(
-        {}, dict(connections.OBSTORE_CLIENT), dict(connections.OBSTORE_RETRY)
+        {}, connections.obstore_client_options(timeout_s), dict(connections.OBSTORE_RETRY)
     )
-    if timeout_s is not None:
-        bound = timedelta(seconds=timeout_s)
-        settings.client_options["timeout"] = bound
-        settings.client_options["connect_timeout"] = min(
-            bound, connections.OBSTORE_CLIENT["connect_timeout"]
-        )
     environ = os.environ if environ is None else environ
     if protocol in ("gs", "gcs"):
         _gcs_options(options, settings, environ)
