@@ -97,13 +97,17 @@ bench: $(STAMP)
 bench-scale: $(STAMP)
 	$(BIN)/python bench/scale.py $(ARGS)
 
-# The oldest-pair and Keras 2 venvs are created (or checked) in the background while the main
-# suite runs.
-test: lint azurite
+# The oldest-pair, Keras 2 and nightly venvs are created (or checked), and the lint runs, in
+# the background while the main suite runs; the lint's output is shown, and its failure fails
+# the target, once the suite has passed.
+test: $(STAMP) azurite
 	@PYTHON=$(PYTHON) bash .ci/test-oldest --prepare > .venv-oldest.prepare.log 2>&1 &
 	@PYTHON=$(PYTHON) bash .ci/test-keras2 --prepare > .venv-keras2.prepare.log 2>&1 &
 	@PYTHON=$(PYTHON) bash .ci/test-nightly --prepare > .venv-nightly.prepare.log 2>&1 &
+	@rm -f .lint.rc; ($(MAKE) --no-print-directory lint > .lint.log 2>&1; echo $$? > .lint.rc) &
 	$(BIN)/python -m pytest $(XDIST)
+	@for _ in $$(seq 900); do [ -s .lint.rc ] && break; sleep 1; done; \
+	  cat .lint.log; exit "$$(cat .lint.rc 2>/dev/null || echo 1)"
 	$(MAKE) --no-print-directory test-oldest
 	$(MAKE) --no-print-directory test-keras2
 	$(MAKE) --no-print-directory test-nightly
@@ -121,4 +125,4 @@ test-keras2: $(STAMP)
 	PYTHON=$(PYTHON) KERAS2_LEGACY_ARGS="$(KERAS2_LEGACY_TESTS)" bash .ci/test-keras2 $(KERAS2_TESTS)
 
 clean:
-	rm -rf $(VENV) .venv-oldest .venv-oldest.lock .venv-oldest.prepare.log .venv-keras2 .venv-keras2.lock .venv-keras2.prepare.log .pytest_cache .ruff_cache .mypy_cache site
+	rm -rf .lint.log .lint.rc $(VENV) .venv-oldest .venv-oldest.lock .venv-oldest.prepare.log .venv-keras2 .venv-keras2.lock .venv-keras2.prepare.log .pytest_cache .ruff_cache .mypy_cache site
