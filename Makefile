@@ -97,6 +97,12 @@ bench: $(STAMP)
 bench-scale: $(STAMP)
 	$(BIN)/python bench/scale.py $(ARGS)
 
+# `make lint` in the background (LINT_START), its output shown and its status returned once
+# the tests have passed (LINT_WAIT, at most 15 minutes).
+LINT_START = @rm -f .lint.rc; ($(MAKE) --no-print-directory lint > .lint.log 2>&1; echo $$? > .lint.rc) &
+LINT_WAIT = @for _ in $$(seq 900); do [ -s .lint.rc ] && break; sleep 1; done; \
+	cat .lint.log; exit "$$(cat .lint.rc 2>/dev/null || echo 1)"
+
 # The oldest-pair, Keras 2 and nightly venvs are created (or checked), and the lint runs, in
 # the background while the main suite runs; the lint's output is shown, and its failure fails
 # the target, once the suite has passed.
@@ -104,16 +110,17 @@ test: $(STAMP) azurite
 	@PYTHON=$(PYTHON) bash .ci/test-oldest --prepare > .venv-oldest.prepare.log 2>&1 &
 	@PYTHON=$(PYTHON) bash .ci/test-keras2 --prepare > .venv-keras2.prepare.log 2>&1 &
 	@PYTHON=$(PYTHON) bash .ci/test-nightly --prepare > .venv-nightly.prepare.log 2>&1 &
-	@rm -f .lint.rc; ($(MAKE) --no-print-directory lint > .lint.log 2>&1; echo $$? > .lint.rc) &
+	$(LINT_START)
 	$(BIN)/python -m pytest $(XDIST)
-	@for _ in $$(seq 900); do [ -s .lint.rc ] && break; sleep 1; done; \
-	  cat .lint.log; exit "$$(cat .lint.rc 2>/dev/null || echo 1)"
+	$(LINT_WAIT)
 	$(MAKE) --no-print-directory test-oldest
 	$(MAKE) --no-print-directory test-keras2
 	$(MAKE) --no-print-directory test-nightly
 
-test-fast: lint
+test-fast: $(STAMP)
+	$(LINT_START)
 	$(BIN)/python -m pytest $(XDIST) -m "not slow and not network"
+	$(LINT_WAIT)
 
 test-oldest:
 	PYTHON=$(PYTHON) bash .ci/test-oldest $(XDIST) $(OLDEST_TESTS)

@@ -92,8 +92,14 @@ class _WrongChecksums:
 @pytest.mark.parametrize("verify", [True, False])
 def test_verify_checksums_is_the_readers_option(local_iterator, verify):
     paths = local_iterator.filepaths[:4]
+    fast = rk.RetryPolicy(backoff_s=0.01, max_backoff_s=0.01)  # mismatches are read again
     reader = BatchReader(
-        paths, batch_size=4, shuffle=False, loader=_WrongChecksums(), verify_checksums=verify
+        paths,
+        batch_size=4,
+        shuffle=False,
+        loader=_WrongChecksums(),
+        verify_checksums=verify,
+        retries=fast,
     )
     with reader:
         if verify:
