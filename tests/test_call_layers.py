@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # the errors; the package root (lazy names) over all.
 LAYERS = {"storage": 1, "pipeline": 2, "front_core": 3, "keras3": 3, "keras2": 3}
 # Front behaviour the pipeline runs through a typed callable it is handed, never by name.
-HANDED_DOWN: set[str] = set()
+HANDED_DOWN = frozenset({"remote_keras.front_core.pixels.keras_pixels.<locals>.augment"})
 
 
 def _layer(module: str) -> int | None:
@@ -73,16 +73,13 @@ class CallTrace:
                 module = module.rsplit(".", 1)[0]
             if below is None or not module:
                 continue
-            if _layer(module) > below and not any(h in callee for h in HANDED_DOWN):  # type: ignore[operator]
+            if _layer(module) > below and callee not in HANDED_DOWN:  # type: ignore[operator]
                 found.append((caller, callee))
         return sorted(set(found))
 
 
 def _name(frame) -> str:
     return f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_qualname}"
-
-
-HANDED_DOWN.add("remote_keras.front_core.pixels.keras_pixels.<locals>.augment")
 
 
 def _walk() -> list[tuple[str, int, str, bool]]:

@@ -33,14 +33,13 @@ from typing import Any
 
 from remote_keras import errors
 from remote_keras.causes import chain, is_unknown_host
-from remote_keras.client_errors import SERVER_BUSY_STATUS, Kind, kind_of
+from remote_keras.client_errors import Kind, kind_of
 from remote_keras.storage import integrity
 
 logger = logging.getLogger("remote_keras")
 
 # A file still failing this many seconds after its first attempt is logged (once per batch).
 WARN_AFTER_S = 5.0
-TRANSIENT_STATUS = SERVER_BUSY_STATUS
 # obstore reports every failure as a GenericError; only its text tells them apart.
 _TRANSIENT_TEXT = re.compile(
     r"\b(408|429|500|502|503|504)\b|SlowDown|Service Unavailable|error sending request"
