@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import random
 import threading
 
 import psutil
 import pytest
 
 import remote_keras as rk
-from remote_keras.pipeline import prefetch
+from remote_keras.pipeline import executors, prefetch
+from tests.helpers import noise_png
 
 ITERATORS = 20
+FILES_LEFT_OPEN = 400
 
 
 def _established(port: int) -> int:
@@ -127,3 +131,48 @@ def test_a_pool_released_while_idle_still_takes_work():
     pools.close()
     with pytest.raises(RuntimeError, match="closed"):
         old.submit(abs, -1)
+
+
+def test_daemon_threads_exit_when_idle_and_start_again_for_new_work():
+    pool = executors.DaemonExecutor(3, "remote_keras-test-daemon", idle_s=0.05)
+    assert [f.result(5) for f in [pool.submit(abs, -n) for n in range(6)]] == list(range(6))
+    assert _eventually(lambda: not _named("remote_keras-test-daemon"))
+    assert pool.submit(abs, -7).result(5) == 7  # a thread starts again
+    pool.shutdown()
+    assert not _named("remote_keras-test-daemon")
+
+
+def test_daemon_threads_leaving_never_strand_a_task():
+    # Submits race threads that are timing out: every task must still run (a stranded one
+    # would time out here).
+    pool = executors.DaemonExecutor(2, "remote_keras-test-race", idle_s=0.001)
+    pauses = random.Random(0)
+    futures = []
+    for n in range(400):
+        futures.append(pool.submit(abs, -n))
+        if n % 3 == 0:
+            threading.Event().wait(pauses.choice([0.0, 0.0005, 0.001, 0.002]))
+    assert [f.result(10) for f in futures] == list(range(400))
+    pool.shutdown()
+
+
+@pytest.mark.slow
+def test_a_dataset_pass_left_open_releases_its_threads(tmp_path, monkeypatch):
+    # A pass kept alive and never closed (an exception's traceback in a notebook keeps the
+    # iterator): its reads' threads leave once idle.
+    monkeypatch.setattr(prefetch, "IDLE_RELEASE_S", 0.2)
+    for i in range(FILES_LEFT_OPEN):  # more than TensorFlow buffers ahead: the pass stays open
+        os.makedirs(tmp_path / "ab"[i % 2], exist_ok=True)
+        (tmp_path / "ab"[i % 2] / f"{i:03d}.png").write_bytes(noise_png(i % 20))
+    dataset = rk.image_dataset_from_directory(
+        tmp_path, image_size=(8, 8), batch_size=2, shuffle=False, verbose=False
+    )
+    iterator = iter(dataset)
+    next(iterator)
+    assert _eventually(lambda: not _named("remote_keras-dataset"))
+    assert next(iterator)[0].shape == (2, 8, 8, 3)  # and it reads on
+    del iterator
+
+
+def _named(prefix: str) -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(prefix)]

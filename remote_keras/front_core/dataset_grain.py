@@ -26,7 +26,7 @@ from remote_keras.front_core.dataset_arguments import COLOR_MODES
 from remote_keras.front_core.dataset_pipeline import SKIP_FATE, body_of
 from remote_keras.pipeline.decoding import decode_image
 from remote_keras.pipeline.engine import ReadEngine
-from remote_keras.pipeline.prefetch import InlineExecutor
+from remote_keras.pipeline.executors import InlineExecutor
 from remote_keras.pipeline.skips import SkipLog
 
 _COLOR_MODES = {channels: mode for mode, channels in COLOR_MODES.items()}

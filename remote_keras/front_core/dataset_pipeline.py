@@ -35,7 +35,7 @@ from remote_keras import errors
 from remote_keras.front_core import dataset_resume
 from remote_keras.pipeline import interrupts
 from remote_keras.pipeline.engine import ReadEngine
-from remote_keras.pipeline.prefetch import DaemonExecutor
+from remote_keras.pipeline.executors import DaemonExecutor
 from remote_keras.pipeline.skips import SkipLog
 
 if TYPE_CHECKING:

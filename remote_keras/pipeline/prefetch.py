@@ -36,12 +36,11 @@ Known limitations:
 from __future__ import annotations
 
 import os
-import queue
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 # Seconds without work after which an iterator's threads exit and its loader's clients (and
@@ -232,93 +231,3 @@ class Prefetcher:
         for future in self._pending.values():
             future.cancel()
         self._pending.clear()
-
-
-class DaemonExecutor(Executor):
-    """A thread pool whose threads never keep the process from exiting.
-
-    `ThreadPoolExecutor`'s threads are joined when the interpreter exits, so a
-    request that stalls (or a retry waiting for its deadline) would hold up the
-    exit after Ctrl-C for minutes. These are daemon threads, started as work
-    needs them, up to `workers`.
-
-    Args:
-        workers: The most threads.
-        name: Their names' prefix.
-    """
-
-    def __init__(self, workers: int, name: str) -> None:
-        self._workers, self._name = max(1, workers), name
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-        self._idle = 0
-        self._shutdown = False
-
-    def submit(self, fn, /, *args, **kwargs) -> Future:
-        future: Future = Future()
-        with self._lock:
-            if self._shutdown:
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            self._queue.put((future, fn, args, kwargs))
-            if self._idle:  # an idle thread takes it
-                self._idle -= 1
-            elif len(self._threads) < self._workers:
-                thread = threading.Thread(
-                    target=self._run, name=f"{self._name}_{len(self._threads)}", daemon=True
-                )
-                self._threads.append(thread)
-                thread.start()
-        return future
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            future, fn, args, kwargs = item
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn(*args, **kwargs))
-                except BaseException as exc:  # handed to whoever waits, as in Executor
-                    future.set_exception(exc)
-            del item, future
-            with self._lock:
-                self._idle += 1
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Stops the threads once their task ends; `cancel_futures` drops queued work."""
-        with self._lock:
-            self._shutdown = True
-            threads = list(self._threads)
-        if cancel_futures:
-            while True:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is not None:
-                    item[0].cancel()
-        for _ in threads:
-            self._queue.put(None)
-        if wait:
-            for thread in threads:
-                thread.join()
-
-
-class InlineExecutor(Executor):
-    """Runs each task in the thread that submits it: for callers that are pool threads already.
-
-    grain's read threads each fetch one file: a pool of their own would only add
-    a thread hop per file, and threads to shut down. A request's time is then
-    bounded by the loader's client timeout alone.
-    """
-
-    def submit(self, fn, /, *args, **kwargs) -> Future:
-        future: Future = Future()
-        future.set_running_or_notify_cancel()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # handed to whoever waits, as in Executor
-            future.set_exception(exc)
-        return future
