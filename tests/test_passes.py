@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 import remote_keras as rk
+from remote_keras.front_core import fit_order
 from remote_keras.front_core.passes import KEPT_BATCHES, EpochClock
 from tests.helpers import assert_same_batch
 
@@ -83,6 +84,29 @@ def test_reads_by_others_while_an_end_is_held_are_not_kept_and_push_nothing_out(
     clock.held = (pid + 1, thread, ends)
     clock.keep((0, 3), "a worker process's read")
     assert sorted(clock.kept) == [(0, 1), (0, 2)]
+
+
+def test_indices_keras_workers_ask_before_the_pass_begins_tell_its_order():
+    # Keras 3.16's workers ask for the first indices of `Random(1)`'s order (3, 6, 5, 2, 0, 4,
+    # 1 for 7 batches) between its reset and `on_epoch_begin()`; seen only from the pass on,
+    # 0, 4, 1 fit the unshuffled order better, and a resumed `fit(shuffle=True)` replayed nothing.
+    clock = EpochClock()
+    clock.note_asked(0)  # TensorFlow's spec batches, before the reset: not the pass's
+    clock.note_asked(1)
+    clock.end(7)  # Keras's reset, held by this thread
+    worker = threading.Thread(target=lambda: [clock.note_asked(i) for i in (3, 6, 5, 2)])
+    worker.start()
+    worker.join()
+    clock.begin()
+    for index in (0, 4, 1):
+        clock.note_asked(index)
+    assert clock.asked == [3, 6, 5, 2, 0, 4, 1]
+    assert fit_order.tell_shuffle(clock.asked, clock.fit_pass, 7) is True
+    assert fit_order.tell_shuffle(clock.asked[4:], clock.fit_pass, 7) is False  # the pass's own
+    clock.end(7)
+    clock.advance(1)
+    clock.begin()
+    assert clock.asked == []  # nothing carried into the next pass
 
 
 def test_spec_batches_stay_kept_when_keras_workers_read_ahead_of_the_pass(image_dir):

@@ -43,6 +43,9 @@ class EpochClock:
         # Keras 3.16's `fit(shuffle=True)` resumed: `positions(epoch, batches)` of later epochs.
         self.replay: Any = None
         self.asked: list[int] = []  # the first indices asked for in this pass (`ASKED_KEPT`)
+        # Asked for outside a pass since the last boundary or reset: the pass about to begin's
+        # first indices, when Keras's workers start reading before `on_epoch_begin()`.
+        self.asked_early: list[int] = []
         self.fit_pass = 0  # passes begun since Keras's reset began a `fit` (or `evaluate`)
         self.told_shuffle: bool | None = None  # Keras 3.16's `fit(shuffle=...)`, this pass
         self.resume_counted = True  # whether `num_batches` counts only what `resume` has left
@@ -62,7 +65,7 @@ class EpochClock:
         self.in_pass = True
         self.handed = 0
         self.cut_short = False
-        self.asked = []
+        self.asked, self.asked_early = self.asked_early, []
 
     def end(self, length: int) -> int:
         """`on_epoch_end()`: returns how many epochs end now (0 or 1).
@@ -91,6 +94,7 @@ class EpochClock:
             return 1
         pid, thread, ends = self.held or (os.getpid(), threading.get_ident(), 0)
         self.held = (pid, thread, ends + 1)
+        self.asked_early = []  # read before Keras's reset (TensorFlow's spec): not the pass's
         return 0
 
     def held_here(self) -> int:
@@ -106,6 +110,7 @@ class EpochClock:
         self.in_pass = False
         self.handed = 0
         self.held = None
+        self.asked_early = []
         self.resume = None
         self.resume_counted = True
         self.kept = {key: batch for key, batch in self.kept.items() if key[0] >= self.epoch}
@@ -117,6 +122,7 @@ class EpochClock:
         self.handed = 0
         self.cut_short = False
         self.held = None
+        self.asked_early = []
         self.resume = pending
         self.resume_counted = counted
         self.kept = {key: batch for key, batch in self.kept.items() if key[0] == epoch}
@@ -159,9 +165,19 @@ class EpochClock:
         return None if step is None else asks[step + 1 :]
 
     def note_asked(self, idx: int) -> None:
-        """Records an index asked for in a pass (the first `ASKED_KEPT` of each)."""
-        if self.in_pass and len(self.asked) < ASKED_KEPT:
-            self.asked.append(idx)
+        """Records an index asked for (the first `ASKED_KEPT` of each pass).
+
+        Indices asked for outside a pass by a thread other than one holding
+        an end (Keras 3.16's workers fill their queue as soon as its reset
+        starts them, before `on_epoch_begin()`) are the next pass's first:
+        without them, the indices seen in the pass can fit the unshuffled
+        order better than the shuffled one.
+        """
+        if self.in_pass:
+            if len(self.asked) < ASKED_KEPT:
+                self.asked.append(idx)
+        elif not self.held_here() and len(self.asked_early) < ASKED_KEPT:
+            self.asked_early.append(idx)
 
     def position(self, idx: int, length: int) -> int:
         """The epoch position index `idx` reads; raises `ValueError` past the end, as Keras.
