@@ -40,7 +40,7 @@ OLDEST_TESTS := tests/test_api.py tests/test_parity.py tests/test_concurrency.py
 # boundary, reads per epoch and look-ahead, sharding (two JAX processes), dataset resume.
 NIGHTLY_TESTS := tests/test_fit_order.py tests/test_resume.py tests/test_resume_sigkill.py tests/test_fit_reads.py \
 	tests/test_sharding.py tests/test_image_dataset_resume.py tests/test_concurrency.py \
-	tests/test_passes.py
+	tests/test_epoch_clock.py
 
 # The Keras 2 selection: parity, fit reads, faults, lakeFS, sharding, input stall and resume,
 # all on TensorFlow 2.15; on tf_keras (TF_USE_LEGACY_KERAS=1) a shorter one, for CI's time:

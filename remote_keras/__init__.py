@@ -36,7 +36,7 @@ _FRONT_NAMES = {
 }
 _MODULES = {
     "ChecksumMismatchError": "remote_keras.errors",
-    "EpochInputReport": "remote_keras.front_core.callbacks",
+    "EpochInputReport": "remote_keras.keras_agnostic.callbacks",
     "FsspecLoader": "remote_keras.storage.loaders",
     "ImageDecodeError": "remote_keras.errors",
     "ImageLoadError": "remote_keras.errors",
@@ -48,11 +48,11 @@ _MODULES = {
     "RetryPolicy": "remote_keras.storage.retry",
     "Shard": "remote_keras.pipeline.sharding",
     "decode_image": "remote_keras.pipeline.decoding",
-    "pin_url": "remote_keras.storage.records",
-    "pinned_urls": "remote_keras.storage.records",
-    "read_lakefs_ref": "remote_keras.storage.records",
-    "read_table": "remote_keras.storage.records",
-    "write_data_version": "remote_keras.storage.records",
+    "pin_url": "remote_keras.storage.data_versions",
+    "pinned_urls": "remote_keras.storage.data_versions",
+    "read_lakefs_ref": "remote_keras.storage.data_versions",
+    "read_table": "remote_keras.storage.data_versions",
+    "write_data_version": "remote_keras.storage.data_versions",
     "WorkerDiedError": "remote_keras.errors",
 }
 
@@ -65,25 +65,25 @@ if TYPE_CHECKING:
         MissingBackendError,
         WorkerDiedError,
     )
-    from remote_keras.front_core.callbacks import EpochInputReport
     from remote_keras.keras3.backup import BackupAndRestore
     from remote_keras.keras3.callbacks import DataVersionCallback, InputStallCallback
     from remote_keras.keras3.datasets import image_dataset_from_directory
     from remote_keras.keras3.generator import ImageDataGenerator
     from remote_keras.keras3.iterators import DataFrameIterator, DirectoryIterator
     from remote_keras.keras3.keras_src import Iterator, NumpyArrayIterator
+    from remote_keras.keras_agnostic.callbacks import EpochInputReport
     from remote_keras.pipeline.decoding import decode_image
     from remote_keras.pipeline.options import LoaderOptions
     from remote_keras.pipeline.sharding import Shard
     from remote_keras.pipeline.stats import LoaderStats
-    from remote_keras.storage.loaders import FsspecLoader, ObstoreLoader
-    from remote_keras.storage.records import (
+    from remote_keras.storage.data_versions import (
         pin_url,
         pinned_urls,
         read_lakefs_ref,
         read_table,
         write_data_version,
     )
+    from remote_keras.storage.loaders import FsspecLoader, ObstoreLoader
     from remote_keras.storage.retry import RetryPolicy
 
 try:

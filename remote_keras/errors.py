@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
-from remote_keras import causes
+from remote_keras import cause_chain
 from remote_keras.client_errors import Kind, kind_of
 from remote_keras.redaction import redact, sanitize, scrub
 
@@ -305,14 +305,14 @@ def translate(url: str, exc: BaseException) -> BaseException:
 def _where(exc: BaseException) -> str:
     """`" at <endpoint>"`, and whether its host name did not resolve, from a connection error."""
     found = None
-    for link in causes.chain(exc):
+    for link in cause_chain.chain(exc):
         found = _ENDPOINT_IN_TEXT.search(str(link))
         if found:
             break
     if found is None:
         return ""
     endpoint = redact(found.group(0))
-    if causes.is_unknown_host(exc):
+    if cause_chain.is_unknown_host(exc):
         host = urlsplit(endpoint).hostname
         return f" at {endpoint}: host name {host!r} did not resolve"
     return f" at {endpoint}"

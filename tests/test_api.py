@@ -10,7 +10,7 @@ import pytest
 from keras.src.legacy.preprocessing import image as keras_image
 
 import remote_keras as rk
-from remote_keras.front_core.generator import GeneratorArguments
+from remote_keras.keras_agnostic.generator import GeneratorArguments
 from remote_keras.pipeline.options import NAMES, LoaderOverrides
 
 # The public API, pinned: a name added or dropped is a decision, made here too.

@@ -22,7 +22,7 @@ import keras
 import numpy as np
 import pytest
 
-from remote_keras.front_core import fit_order
+from remote_keras.keras_agnostic import fit_order
 
 FIT_SCRIPT = textwrap.dedent(
     """

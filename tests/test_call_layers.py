@@ -25,9 +25,9 @@ from remote_keras.pipeline.reader import BatchReader
 ROOT = Path(__file__).resolve().parent.parent
 # The fronts (both Keras fronts and their shared core) over the pipeline over storage over
 # the errors; the package root (lazy names) over all.
-LAYERS = {"storage": 1, "pipeline": 2, "front_core": 3, "keras3": 3, "keras2": 3}
+LAYERS = {"storage": 1, "pipeline": 2, "keras_agnostic": 3, "keras3": 3, "keras2": 3}
 # Front behaviour the pipeline runs through a typed callable it is handed, never by name.
-HANDED_DOWN = frozenset({"remote_keras.front_core.pixels.keras_pixels.<locals>.augment"})
+HANDED_DOWN = frozenset({"remote_keras.keras_agnostic.pixels.keras_pixels.<locals>.augment"})
 
 
 def _layer(module: str) -> int | None:
@@ -142,11 +142,13 @@ def test_a_call_up_a_layer_is_found():
     trace.calls[
         (
             "remote_keras.pipeline.batches._sample",
-            "remote_keras.front_core.pixels.keras_pixels.<locals>.augment",
+            "remote_keras.keras_agnostic.pixels.keras_pixels.<locals>.augment",
             "x",
         )
     ] = 1
-    trace.calls[("remote_keras.front_core.scheduling.f", "remote_keras.storage.retry.g", "x")] = 1
+    trace.calls[
+        ("remote_keras.keras_agnostic.scheduling.f", "remote_keras.storage.retry.g", "x")
+    ] = 1
     assert trace.upward() == [
         (
             "remote_keras.storage.retry.fetch_with_retries",

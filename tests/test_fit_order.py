@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 
-from remote_keras.front_core.fit_order import (
+from remote_keras.keras_agnostic.fit_order import (
     EpochSeededReplay,
     epoch_seeded_order,
     seeds_epochs,

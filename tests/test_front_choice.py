@@ -67,4 +67,4 @@ def test_names_come_from_the_chosen_front_in_a_fresh_interpreter():
     assert result.returncode == 0, result.stderr[-3000:]
     front = remote_keras._front()
     assert f"using the {front} front" in result.stdout
-    assert f"remote_keras.{front}.generator remote_keras.front_core.callbacks" in result.stdout
+    assert f"remote_keras.{front}.generator remote_keras.keras_agnostic.callbacks" in result.stdout

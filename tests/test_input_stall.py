@@ -83,7 +83,7 @@ class FakeTime:
 
 @pytest.fixture
 def fake_time(monkeypatch):
-    from remote_keras.front_core import batch_core, callbacks, scheduling
+    from remote_keras.keras_agnostic import batch_core, callbacks, scheduling
 
     clock = FakeTime()
     for module in (callbacks, batch_core, scheduling):

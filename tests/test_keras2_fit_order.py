@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from remote_keras.front_core.fit_order import shuffled
 from remote_keras.keras2.fit_order import KerasDraws, keras2_resumption
+from remote_keras.keras_agnostic.fit_order import shuffled
 
 
 def _keras2_epoch(length: int, shuffle: bool) -> list[int]:

@@ -23,13 +23,13 @@ import remote_keras as rk
 from tests.helpers import assert_same_batch
 
 # Modules that must import without Keras or TensorFlow: everything outside the Keras fronts
-# (their shared core, `front_core`, included).
-CORE_PACKAGES = ("remote_keras.storage", "remote_keras.pipeline", "remote_keras.front_core")
+# (their shared core, `keras_agnostic`, included).
+CORE_PACKAGES = ("remote_keras.storage", "remote_keras.pipeline", "remote_keras.keras_agnostic")
 CORE_MODULES = (
     "remote_keras",
     "remote_keras._quiet",
     "remote_keras.errors",
-    "remote_keras.causes",
+    "remote_keras.cause_chain",
     "remote_keras.redaction",
     "remote_keras.client_errors",
     "remote_keras.demo",

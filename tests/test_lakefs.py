@@ -22,7 +22,7 @@ from lakefs_spec import LakeFSFileSystem
 import remote_keras as rk
 from remote_keras.keras3.callbacks import DataVersionCallback
 from remote_keras.storage import lakefs as rk_lakefs
-from remote_keras.storage.records import write_data_version
+from remote_keras.storage.data_versions import write_data_version
 from tests.helpers import assert_same_batch
 
 

@@ -191,7 +191,7 @@ def test_a_records_folder_is_found_without_holding_the_iterators_paths():
     """At 400k images the record once split every path into a list (about 64 MB at once)."""
     import tracemalloc
 
-    from remote_keras.storage.records import _common_folder
+    from remote_keras.storage.data_versions import _common_folder
 
     assert _common_folder(["train/c1/1.jpg", "train/c2/2.jpg"]) == "train/"
     assert _common_folder(["a/b1/x.jpg", "a/b/y.jpg"]) == "a/"

@@ -1,4 +1,7 @@
-"""Listings: parallel, keys only (`listers`); shared by subsets, on disk (`listing_cache`)."""
+"""Listings: parallel and keys only (`parallel_listing`), cached (`listing_cache`).
+
+The cache is shared by subsets and kept on disk.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from lakefs.client import Client
 
 import remote_keras as rk
 from remote_keras.pipeline.options import LoaderOptions
-from remote_keras.storage import listers, listing_cache, pages, s3pages
+from remote_keras.storage import listing_cache, listing_pages, parallel_listing, s3_listing_pages
 from remote_keras.testing import LakeFSServer
 from tests.helpers import noise_png
 
@@ -57,7 +60,7 @@ class FakeLister:
         keys = [k[len(root) :] for k, rolled_up in items if not rolled_up]
         prefixes = [k for k, rolled_up in items if rolled_up]
         last = items[-1][0] if items else ""
-        return pages.Page(keys, prefixes, last, last if more else None)
+        return listing_pages.Page(keys, prefixes, last, last if more else None)
 
 
 key_text = st.text(alphabet="ab0z/._ ~", min_size=1, max_size=9)
@@ -70,7 +73,7 @@ key_text = st.text(alphabet="ab0z/._ ~", min_size=1, max_size=9)
 def test_list_tree_equals_one_serial_listing(keys, size, root):
     lister = FakeLister(keys, size)
     expected = [k[len(root) :] for k in lister.keys if k.startswith(root)]
-    assert listers.list_tree(lister, root, concurrency=4) == expected
+    assert parallel_listing.list_tree(lister, root, concurrency=4) == expected
 
 
 @settings(max_examples=40, deadline=None)
@@ -79,7 +82,7 @@ def test_list_tree_equals_one_serial_listing(keys, size, root):
 def test_list_folders_lists_each_folders_own_objects(keys, size):
     lister = FakeLister(keys, size)
     folders = ["", "a/", "b/", "a/b/", "zz/"]
-    listed = listers.list_folders(lister, folders, concurrency=3)
+    listed = parallel_listing.list_folders(lister, folders, concurrency=3)
     for folder in folders:
         direct = [k[len(folder) :] for k in lister.keys if k.startswith(folder)]
         assert listed[folder] == [name for name in direct if "/" not in name]
@@ -88,14 +91,16 @@ def test_list_folders_lists_each_folders_own_objects(keys, size):
 def test_one_huge_folder_is_split_into_ranges_listed_together():
     keys = [f"img_{i:06d}.jpg" for i in range(30_000)]
     for listing in (
-        lambda lister: listers.list_tree(lister, "", concurrency=8),
-        lambda lister: listers.list_folders(lister, [""], concurrency=8)[""],
+        lambda lister: parallel_listing.list_tree(lister, "", concurrency=8),
+        lambda lister: parallel_listing.list_folders(lister, [""], concurrency=8)[""],
     ):
         lister = FakeLister(keys, 1000)
         assert listing(lister) == keys
         assert lister.requests <= 1.5 * 30 + 2  # the splits cost a few requests, not many
-    ranges = listers._Ranges(FakeLister(keys, 1000), "", "", listers._Counter(None), 8)
-    assert len(ranges.run([listers._Range("", "", None)])) >= listers.MIN_PARALLEL
+    ranges = parallel_listing._Ranges(
+        FakeLister(keys, 1000), "", "", parallel_listing._Counter(None), 8
+    )
+    assert len(ranges.run([parallel_listing._Range("", "", None)])) >= parallel_listing.MIN_PARALLEL
 
 
 @pytest.mark.parametrize("root", ["", "train/"])
@@ -104,29 +109,29 @@ def test_many_small_folders_cost_about_a_request_per_page_not_one_per_folder(roo
     keys = [f"{root}c{k:04d}/{j:03d}.jpg" for k in range(1000) for j in range(40)]
     keys += [f"{root}c{k:04d}/" for k in range(1000)] + [f"{root}c0500", f"{root}zz.jpg"]
     lister = FakeLister(keys, 1000)
-    assert listers.list_tree(lister, root) == [k[len(root) :] for k in sorted(keys)]
+    assert parallel_listing.list_tree(lister, root) == [k[len(root) :] for k in sorted(keys)]
     pages = len(keys) / 1000
-    assert lister.requests <= pages + listers.CONCURRENCY + 2  # one per folder: 1,002
+    assert lister.requests <= pages + parallel_listing.CONCURRENCY + 2  # one per folder: 1,002
     assert lister.requests < 100
 
 
 @settings(max_examples=200, deadline=None)
 @given(low=key_text, high=st.one_of(st.none(), key_text), anchor=key_text)
 def test_split_points_lie_strictly_between(low, high, anchor):
-    point = listers.split_point(low, high, "", anchor)
+    point = parallel_listing.split_point(low, high, "", anchor)
     if point is not None:
         assert low < point and (high is None or point < high)
 
 
 def test_small_listing_is_one_request():
     lister = FakeLister([f"c/{i}" for i in range(5)], 1000)
-    assert listers.list_tree(lister, "") == [f"c/{i}" for i in range(5)]
+    assert parallel_listing.list_tree(lister, "") == [f"c/{i}" for i in range(5)]
     assert lister.requests == 1
 
 
 def test_keys_come_out_of_the_xml_decoded():
-    assert s3pages._unescape("a&amp;b&lt;&#233;&#x41;&quot;") == 'a&b<éA"'
-    decode = s3pages._decoder(True, 2)
+    assert s3_listing_pages._unescape("a&amp;b&lt;&#233;&#x41;&quot;") == 'a&b<éA"'
+    decode = s3_listing_pages._decoder(True, 2)
     assert decode(b"d/x+y%2B%25.png") == "x y+%.png"
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import remote_keras as rk
 from remote_keras.storage import listing
-from remote_keras.storage.compact import PrefixedPaths
+from remote_keras.storage.packed_paths import PrefixedPaths
 from tests.helpers import png_bytes, put_objects
 
 # Characters people really put in keys, including the glob and URL specials.

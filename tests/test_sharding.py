@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import remote_keras as rk
-from remote_keras.front_core import fit_order
+from remote_keras.keras_agnostic import fit_order
 from remote_keras.pipeline import sharding
 from remote_keras.testing.data import write_class_tree
 

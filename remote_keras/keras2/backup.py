@@ -24,10 +24,10 @@ import random
 import warnings
 from typing import Any
 
-from remote_keras.front_core.fit_order import json_random_state, python_random_state, shuffled
-from remote_keras.front_core.resume import Resumption
 from remote_keras.keras2 import keras_api
 from remote_keras.keras2.fit_order import keras2_resumption
+from remote_keras.keras_agnostic.fit_order import json_random_state, python_random_state, shuffled
+from remote_keras.keras_agnostic.resume import Resumption
 
 RECORDS_FILE = "remote_keras_iterator.json"
 RECORDS_FORMAT = 2

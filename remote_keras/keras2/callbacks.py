@@ -1,9 +1,9 @@
-"""Keras 2's callbacks: input-stall reports, data-version records (`front_core.callbacks`)."""
+"""Keras 2's callbacks: input-stall reports, data-version records (`keras_agnostic.callbacks`)."""
 
 from __future__ import annotations
 
-from remote_keras.front_core.callbacks import DataVersionCore, EpochInputReport, InputStallCore
 from remote_keras.keras2 import keras_api
+from remote_keras.keras_agnostic.callbacks import DataVersionCore, EpochInputReport, InputStallCore
 
 __all__ = ["DataVersionCallback", "EpochInputReport", "InputStallCallback"]
 

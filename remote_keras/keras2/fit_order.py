@@ -23,8 +23,8 @@ from __future__ import annotations
 import random
 import threading
 
-from remote_keras.front_core.fit_order import shuffled
-from remote_keras.front_core.resume import Resumption
+from remote_keras.keras_agnostic.fit_order import shuffled
+from remote_keras.keras_agnostic.resume import Resumption
 
 # `len()` states kept: Keras 2 calls `len()` a few times before it draws.
 _SEEN = 4

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from remote_keras.front_core.generator import GeneratorCore
 from remote_keras.keras2 import keras_api
 from remote_keras.keras2.iterators import DataFrameIterator, DirectoryIterator
+from remote_keras.keras_agnostic.generator import GeneratorCore
 
 
 class ImageDataGenerator(GeneratorCore, keras_api.ImageDataGenerator):

@@ -1,7 +1,7 @@
 """Keras 2's `DataFrameIterator` and `DirectoryIterator`, over the shared iterator core.
 
 They subclass `tf.keras`'s own classes (a `tf.keras.utils.Sequence`) with the
-Keras 3 front's arguments, options and messages (`remote_keras.front_core`).
+Keras 3 front's arguments, options and messages (`remote_keras.keras_agnostic`).
 What is Keras 2's own is how an epoch ends: Keras 2 never calls
 `on_epoch_begin()`, and calls `on_epoch_end()` once at the end of each epoch
 of `fit`, `evaluate` and `predict`, after reading batch 0 once to learn the
@@ -20,13 +20,13 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from remote_keras.front_core.batch_core import RemoteBatchCore
-from remote_keras.front_core.dataframe import DataFrameCore
-from remote_keras.front_core.directory import DirectoryCore
-from remote_keras.front_core.pixels import keras_pixels
 from remote_keras.keras2 import keras_api
 from remote_keras.keras2.epoch_ends import EpochEnds
 from remote_keras.keras2.fit_order import KerasDraws
+from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
+from remote_keras.keras_agnostic.dataframe import DataFrameCore
+from remote_keras.keras_agnostic.directory import DirectoryCore
+from remote_keras.keras_agnostic.pixels import keras_pixels
 from remote_keras.pipeline.batches import Pixels
 
 # Batches read before an epoch's own reads that it hands out again: Keras 2's reading of batch 0
@@ -45,7 +45,7 @@ class KerasHooks:
         """Keras's `floatx` and the generator's transform and standardization, as they are now.
 
         Returns:
-            The `Pixels` of the next batch (`remote_keras.front_core.pixels`).
+            The `Pixels` of the next batch (`remote_keras.keras_agnostic.pixels`).
         """
         stock = keras_api.ImageDataGenerator
         return keras_pixels(self.image_data_generator, keras_api.floatx(), stock)

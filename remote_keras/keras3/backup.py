@@ -14,8 +14,10 @@ from typing import Any
 import keras
 
 from remote_keras import errors
-from remote_keras.front_core import dataset_resume, workers
-from remote_keras.front_core.fit_order import (
+from remote_keras.keras3 import backup_files
+from remote_keras.keras3.keras_src import file_utils
+from remote_keras.keras_agnostic import dataset_resume, workers
+from remote_keras.keras_agnostic.fit_order import (
     EpochSeededReplay,
     FitOrder,
     json_random_state,
@@ -24,9 +26,7 @@ from remote_keras.front_core.fit_order import (
     shuffled,
     tell_shuffle,
 )
-from remote_keras.front_core.resume import STATE_FORMAT, fingerprint
-from remote_keras.keras3 import backup_files
-from remote_keras.keras3.keras_src import file_utils
+from remote_keras.keras_agnostic.resume import STATE_FORMAT, fingerprint
 
 # The Keras internals this callback relies on, all of Keras's own `BackupAndRestore`
 # (keras/src/callbacks/backup_and_restore.py, Keras 3.8.0 and 3.15.1 alike): its file paths
@@ -66,7 +66,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     come back as in Keras, and the iterators continue where the backup was
     taken: the interrupted epoch reads only the batches not trained yet, in
     the order and with the augmentation of the uninterrupted run (also under
-    `fit(shuffle=True)`, see `remote_keras.front_core.fit_order`), and lakeFS refs are
+    `fit(shuffle=True)`, see `remote_keras.keras_agnostic.fit_order`), and lakeFS refs are
     read at the commits the first run pinned. Without a backup, the training
     iterator is moved to the epoch `fit` starts at (`initial_epoch`).
 

@@ -1,10 +1,10 @@
-"""Keras 3's callbacks: input-stall reports, data-version records (`front_core.callbacks`)."""
+"""Keras 3's callbacks: input-stall reports, data-version records (`keras_agnostic.callbacks`)."""
 
 from __future__ import annotations
 
 import keras
 
-from remote_keras.front_core.callbacks import DataVersionCore, EpochInputReport, InputStallCore
+from remote_keras.keras_agnostic.callbacks import DataVersionCore, EpochInputReport, InputStallCore
 
 __all__ = ["DataVersionCallback", "EpochInputReport", "InputStallCallback"]
 

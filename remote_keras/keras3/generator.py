@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from remote_keras.front_core.generator import GeneratorCore
 from remote_keras.keras3.iterators import DataFrameIterator, DirectoryIterator
 from remote_keras.keras3.keras_src import legacy_image
+from remote_keras.keras_agnostic.generator import GeneratorCore
 
 
 class ImageDataGenerator(GeneratorCore, legacy_image.ImageDataGenerator):

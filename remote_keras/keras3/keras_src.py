@@ -19,7 +19,7 @@ naming it.
   `tf.io.gfile` URLs); the subclass reads and writes the same files.
 
 Two modules read `keras.src` modules that Keras has already loaded, without
-importing them: `front_core/workers.py` (`py_dataset_adapter._DATA_POOLS`, Keras's
+importing them: `keras_agnostic/workers.py` (`py_dataset_adapter._DATA_POOLS`, Keras's
 worker pools, to notice a worker that died: `multiprocessing.Pool` never
 completes its task) and `pipeline/sharding.py` (`backend.distribution_lib`,
 the process count on Keras < 3.15, whose `keras.distribution` cannot say it).

@@ -2,7 +2,7 @@
 
 Rows are grouped by the folder their URL names (the part before the last
 `/`), and only the folders are resolved and listed. On S3 and lakeFS
-(`remote_keras.storage.listers`) the folders are listed in parallel, each for the
+(`remote_keras.storage.parallel_listing`) the folders are listed in parallel, each for the
 objects directly in it, unless they are many and hold few rows each: then
 their common folder is listed whole, which takes fewer requests. Other
 backends list one folder with `ls`, several with one `find` of their
@@ -19,7 +19,7 @@ from typing import Any
 from fsspec import AbstractFileSystem
 
 from remote_keras import errors
-from remote_keras.storage import listers, locations
+from remote_keras.storage import locations, parallel_listing
 
 # Folders listed one by one (in parallel) when there are at most this many, or when they
 # hold this many rows each on average; otherwise their common folder is listed whole.
@@ -115,7 +115,7 @@ def _list_parents(fs: AbstractFileSystem, rows: dict[str, int]) -> dict[str, set
         return {}
     groups: dict[Any, list[str]] = defaultdict(list)  # by bucket (lakeFS: repository and ref)
     for parent in sorted(rows):
-        fast = listers.lister_for(fs, parent)
+        fast = parallel_listing.lister_for(fs, parent)
         groups[fast[0].scope if fast is not None else None].append(parent)
     listed: dict[str, set[str]] = {}
     for scope, parents in groups.items():
@@ -131,16 +131,16 @@ def _list_parents(fs: AbstractFileSystem, rows: dict[str, int]) -> dict[str, set
 def _list_apart(fs: AbstractFileSystem, parents: list[str]) -> dict[str, set[str]]:
     """Lists each parent for the objects directly in it, in parallel."""
     prefixes: dict[str, str] = {}
-    lister: listers.Lister | None = None
+    lister: parallel_listing.Lister | None = None
     for parent in parents:
-        fast = listers.lister_for(fs, parent)
+        fast = parallel_listing.lister_for(fs, parent)
         if fast is not None:
             lister, prefix = fast
             prefixes[prefix + "/" if prefix else ""] = parent
     if lister is None:
         return {}
     with errors.reading(fs.unstrip_protocol(locations._common_dir(parents))):
-        listed = listers.list_folders(lister, prefixes)
+        listed = parallel_listing.list_folders(lister, prefixes)
     return {prefixes[prefix]: set(names) for prefix, names in listed.items()}
 
 
@@ -155,7 +155,7 @@ def _list_together(fs: AbstractFileSystem, parents: list[str]) -> dict[str, set[
     listed = {parent: set() for parent in parents}
     try:
         with errors.reading(fs.unstrip_protocol(root)):
-            if len(parents) == 1 and listers.lister_for(fs, root) is None:
+            if len(parents) == 1 and parallel_listing.lister_for(fs, root) is None:
                 try:
                     entries = fs.ls(root, detail=True, refresh=True)
                 finally:

@@ -24,8 +24,8 @@ import numpy as np
 
 from remote_keras import errors
 from remote_keras.storage import existence, lakefs, listing_cache, locations
-from remote_keras.storage.compact import PackedNames, PrefixedPaths
 from remote_keras.storage.loaders import FsspecLoader, ObstoreLoader
+from remote_keras.storage.packed_paths import PackedNames, PrefixedPaths
 from remote_keras.storage.progress import progress_bar
 
 # The file extensions Keras's iterators read (their `white_list_formats`).

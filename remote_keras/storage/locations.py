@@ -18,7 +18,7 @@ from fsspec import AbstractFileSystem
 from fsspec.asyn import AsyncFileSystem
 
 from remote_keras import errors
-from remote_keras.storage import connections, listers
+from remote_keras.storage import connections, parallel_listing
 
 # Defaults that make common backends fetch an object with a single, cheap GET.
 # s3fs sends a HEAD before every GET unless `max_concurrency=1` and caps its
@@ -179,7 +179,7 @@ def _protocols(fs: AbstractFileSystem) -> set[str]:
 def find(fs: AbstractFileSystem, root: str, bar: Any = None) -> list[str]:
     """Lists every object below the folder `root`, as paths relative to it.
 
-    S3 and lakeFS are listed by `remote_keras.storage.listers.list_tree`: key strings
+    S3 and lakeFS are listed by `remote_keras.storage.parallel_listing.list_tree`: key strings
     only, one request when everything fits on one page, else the folders of
     `root` in parallel. Other backends use their own `find` (one paged
     listing on GCS and Azure); their info dicts are dropped and the
@@ -191,10 +191,10 @@ def find(fs: AbstractFileSystem, root: str, bar: Any = None) -> list[str]:
         other backends, folders) end with `/`.
     """
     root = root.rstrip("/")
-    fast = listers.lister_for(fs, root)
+    fast = parallel_listing.lister_for(fs, root)
     if fast is not None:
         lister, prefix = fast
-        return listers.list_tree(lister, prefix + "/" if prefix else "", bar)
+        return parallel_listing.list_tree(lister, prefix + "/" if prefix else "", bar)
     try:
         with _counting_s3_pages(fs, bar):
             found = fs.find(root, withdirs=True, detail=True)

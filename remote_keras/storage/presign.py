@@ -42,8 +42,8 @@ from typing import Any
 from remote_keras import errors
 from remote_keras.errors import StoreResponseError
 from remote_keras.storage import connections, integrity, lakefs, retry
-from remote_keras.storage.compact import AddressTable, PrefixedPaths
-from remote_keras.storage.presign_ahead import Ahead
+from remote_keras.storage.packed_paths import AddressTable, PrefixedPaths
+from remote_keras.storage.presign_ahead import PresignAhead
 
 OPTION = "pre_sign"
 # lakeFS's default lifetime of a presigned URL, for servers that send no expiry.
@@ -124,7 +124,7 @@ class PresignedReader:
         self._folders: dict[tuple[str, str, str, str], _Folder] = {}
         self._support: dict[str, bool] = {}
         self._http: Any = None
-        self._ahead: Ahead | None = None
+        self._ahead: PresignAhead | None = None
         self.clock = time.time  # the clock addresses expire by (tests move it)
         self.listings = 0  # folder listings made, in this process
 
@@ -168,7 +168,7 @@ class PresignedReader:
             self._ahead.stop()
 
     @property
-    def ahead(self) -> Ahead | None:
+    def ahead(self) -> PresignAhead | None:
         """The background lister of this process, once a read started it."""
         return self._ahead
 
@@ -219,12 +219,12 @@ class PresignedReader:
         raise self._status_error(url, 403)
 
     def renew_at(self, key: tuple[str, str, str, str]) -> float:
-        """When the folder `key` is due for listing (`0.0`: not listed yet); used by `Ahead`."""
+        """When folder `key` is due for listing (`0.0`: not listed yet), for `PresignAhead`."""
         listing = self._folders.get(key)
         return 0.0 if listing is None else listing.renew_at()
 
     def list_folder(self, fs: Any, key: tuple[str, str, str, str]) -> None:
-        """Lists the folder `key` unless it is not due (see `renew_at`); used by `Ahead`.
+        """Lists the folder `key` unless it is not due (see `renew_at`); used by `PresignAhead`.
 
         Args:
             fs: The filesystem of its host.
@@ -245,7 +245,7 @@ class PresignedReader:
         with self._lock:
             if self._ahead is None or not self._ahead.alive():
                 keys = [(host, *folder) for folder in self._expected]
-                self._ahead = Ahead(self, fs, keys)
+                self._ahead = PresignAhead(self, fs, keys)
                 self._ahead.start()
 
     def _supported(self, fs: Any, host: str, url: str) -> bool:

@@ -1,10 +1,10 @@
 """Presigned addresses listed ahead of the reader and renewed before they expire.
 
-`Ahead` runs in the background of a `PresignedReader` that was told what
+`PresignAhead` runs in the background of a `PresignedReader` that was told what
 will be read (`PresignedReader.expect`, which the iterators call at
 construction). Started by the first read, it lists every folder to be read,
 `THREADS` at a time in the order first needed, keeping all their addresses
-(packed: `remote_keras.storage.compact.AddressTable`, about 70 bytes per object
+(packed: `remote_keras.storage.packed_paths.AddressTable`, about 70 bytes per object
 for the stand-in's URLs; reading in shuffled order needs them all anyway).
 Then, while reads go on, it lists each folder again half-way through its addresses' lifetime. A
 listing that fails (the lakeFS server is down) is tried again after a
@@ -37,7 +37,7 @@ POLL_S = 1.0
 
 
 class Reader(Protocol):
-    """What `Ahead` uses of the reader it fills (`remote_keras.storage.presign.PresignedReader`)."""
+    """What `PresignAhead` uses of the reader it fills (`presign.PresignedReader`)."""
 
     clock: Callable[[], float]
 
@@ -50,7 +50,7 @@ class Reader(Protocol):
         ...
 
 
-class Ahead:
+class PresignAhead:
     """Lists the folders `keys` for `reader` in the background, then renews them while read.
 
     Args:

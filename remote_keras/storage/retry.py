@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from remote_keras import errors
-from remote_keras.causes import chain, is_unknown_host
+from remote_keras.cause_chain import chain, is_unknown_host
 from remote_keras.client_errors import Kind, kind_of
 from remote_keras.storage import integrity
 

@@ -14,7 +14,7 @@ keep their arguments, defaults, attributes and messages. What changes:
   Keras's when batches are read in order (`it[0], it[1], ...` in the first
   epoch, or `next(it)`).
 
-`RemoteBatchMixin` holds Keras's entry points; `passes.EpochClock` tells epoch
+`RemoteBatchMixin` holds Keras's entry points; `epoch_clock.EpochClock` tells epoch
 ends from Keras's resets using only the calls Keras makes in public; `state`,
 `scheduling` and `lifecycle` hold the public state, the look-ahead and what
 each process needs of its own (lock, thread pools).

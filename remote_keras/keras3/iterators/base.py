@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import keras
 
-from remote_keras.front_core import fit_order
-from remote_keras.front_core.batch_core import RemoteBatchCore
-from remote_keras.front_core.passes import KEPT_BATCHES
 from remote_keras.keras3.keras_src import legacy_image
+from remote_keras.keras_agnostic import fit_order
+from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
+from remote_keras.keras_agnostic.epoch_clock import KEPT_BATCHES
 from remote_keras.pipeline import sharding
 
 # Keras 3.16 draws `fit(shuffle=True)`'s orders from `Random(pass)` and shards batches itself.
@@ -22,7 +22,7 @@ class RemoteBatchMixin(RemoteBatchCore, legacy_image.Iterator):
 
     Mixed into `DataFrameIterator` and `DirectoryIterator` ahead of Keras's
     classes; it replaces `__getitem__`, `__next__`, `on_epoch_end` and
-    `_get_batches_of_transformed_samples` (`remote_keras.front_core.batch_core`).
+    `_get_batches_of_transformed_samples` (`remote_keras.keras_agnostic.batch_core`).
     """
 
     def _keras_on_tensorflow(self) -> bool:

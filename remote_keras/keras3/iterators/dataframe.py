@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from remote_keras.front_core.dataframe import DataFrameCore
 from remote_keras.keras3.iterators.base import RemoteBatchMixin
 from remote_keras.keras3.iterators.hooks import KerasHooks
 from remote_keras.keras3.keras_src import legacy_image
+from remote_keras.keras_agnostic.dataframe import DataFrameCore
 
 
 class DataFrameIterator(

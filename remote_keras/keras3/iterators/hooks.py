@@ -6,8 +6,8 @@ from typing import Any
 
 import keras
 
-from remote_keras.front_core.pixels import keras_pixels
 from remote_keras.keras3.keras_src import legacy_image, print_msg
+from remote_keras.keras_agnostic.pixels import keras_pixels
 from remote_keras.pipeline.batches import Pixels
 
 
@@ -20,7 +20,7 @@ class KerasHooks:
         """Keras's `floatx` and the generator's transform and standardization, as they are now.
 
         Returns:
-            The `Pixels` of the next batch (`remote_keras.front_core.pixels`).
+            The `Pixels` of the next batch (`remote_keras.keras_agnostic.pixels`).
         """
         stock = legacy_image.ImageDataGenerator
         return keras_pixels(self.image_data_generator, keras.config.floatx(), stock)

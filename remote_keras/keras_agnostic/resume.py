@@ -4,7 +4,7 @@ An iterator's batch `b` of epoch `e` is a pure function of `(seed, e, b)`, so
 its state is small: the epoch, how many of its batches were consumed, and
 what identifies the data (seed, shard, lakeFS commits, a fingerprint of the
 file list). The order `fit(shuffle=True)` asks for batches in is replayed by
-`remote_keras.front_core.fit_order`; the callback that saves and restores states with
+`remote_keras.keras_agnostic.fit_order`; the callback that saves and restores states with
 Keras's backups is `remote_keras.keras3.backup.BackupAndRestore`.
 """
 

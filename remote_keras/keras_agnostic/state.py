@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from remote_keras import errors
-from remote_keras.front_core import fit_order, resume
-from remote_keras.front_core.passes import EpochClock
+from remote_keras.keras_agnostic import fit_order, resume
+from remote_keras.keras_agnostic.epoch_clock import EpochClock
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.epochs import EpochPlanner
 from remote_keras.pipeline.prefetch import Prefetcher

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from remote_keras.front_core import (
+from remote_keras.keras_agnostic import (
     dataset_arguments,
     dataset_grain,
     dataset_index,

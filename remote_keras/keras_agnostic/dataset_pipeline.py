@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from remote_keras import errors
-from remote_keras.front_core import dataset_resume
+from remote_keras.keras_agnostic import dataset_resume
 from remote_keras.pipeline import interrupts
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.executors import DaemonExecutor

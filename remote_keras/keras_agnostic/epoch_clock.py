@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from remote_keras.front_core import fit_order, resume
+from remote_keras.keras_agnostic import fit_order, resume
 
 # Batches read outside a pass that are kept for the pass (TensorFlow's spec inference reads 2).
 KEPT_BATCHES = 2

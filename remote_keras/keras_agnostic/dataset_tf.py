@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from remote_keras.front_core import dataset_resume
-from remote_keras.front_core.dataset_pipeline import EpochReader
+from remote_keras.keras_agnostic import dataset_resume
+from remote_keras.keras_agnostic.dataset_pipeline import EpochReader
 from remote_keras.pipeline import interrupts
 
 if TYPE_CHECKING:

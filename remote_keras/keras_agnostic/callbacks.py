@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from remote_keras.pipeline.stats import LoaderStats
-from remote_keras.storage import records
+from remote_keras.storage import data_versions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,12 +138,12 @@ class DataVersionCore:
         lakefs_refs: bool = True,
     ) -> None:
         super().__init__()
-        self.iterators = records._as_list(iterators)
+        self.iterators = data_versions._as_list(iterators)
         self.filepath = os.fspath(filepath)
         self.storage_options = storage_options
         self.lakefs_refs = lakefs_refs
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        records.write_data_version(
+        data_versions.write_data_version(
             self.iterators, self.filepath, self.storage_options, lakefs_refs=self.lakefs_refs
         )

@@ -11,10 +11,10 @@ from typing import Any, cast
 from typing_extensions import Unpack
 
 from remote_keras import errors
-from remote_keras.front_core.batch_core import RemoteBatchCore
+from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides, keras_arguments
-from remote_keras.storage import listing, locations, records, saving
-from remote_keras.storage.compact import PrefixedPaths
+from remote_keras.storage import data_versions, listing, locations, saving
+from remote_keras.storage.packed_paths import PrefixedPaths
 
 
 class DataFrameCore(RemoteBatchCore):
@@ -68,7 +68,7 @@ class DataFrameCore(RemoteBatchCore):
             data = self.engine.fetcher.fetch([self.table_url], self._pools.get("fetch"))[0]
         if isinstance(data, BaseException):
             raise data
-        return records.read_table_bytes(self.table_url, bytes(data))
+        return data_versions.read_table_bytes(self.table_url, bytes(data))
 
     def _path_of(self, filename: str) -> str:
         """The path or URL read for a row: `..` resolved (`listing.row_url`), lakeFS pinned."""

@@ -8,10 +8,10 @@ from typing import Any
 from remote_keras.pipeline.engine import EngineAttributes, ReadEngine
 from remote_keras.pipeline.epochs import EpochPlanner
 from remote_keras.pipeline.prefetch import Prefetcher
-from remote_keras.storage import compact, locations
-from remote_keras.storage.compact import PrefixedPaths
+from remote_keras.storage import locations, packed_paths
 from remote_keras.storage.lakefs import LakeFSPin
 from remote_keras.storage.listing import IMAGE_FORMATS, ListingScope
+from remote_keras.storage.packed_paths import PrefixedPaths
 
 
 class FilesMixin(EngineAttributes):
@@ -49,7 +49,7 @@ class FilesMixin(EngineAttributes):
     def filenames(self) -> list[str]:
         """Every file's name relative to `directory`, as Keras's attribute (a list).
 
-        A listed folder's names are held packed (`compact.PackedNames`); this
+        A listed folder's names are held packed (`packed_paths.PackedNames`); this
         list is made at the first access and kept.
         """
         names = self._filenames
@@ -76,7 +76,7 @@ class FilesMixin(EngineAttributes):
             paths: Sequence[str] = PrefixedPaths(prefix, self._filenames)
         else:
             paths = [self._path_of(name) for name in self._filenames]
-            prefix = compact.common_prefix(paths, self._filenames)
+            prefix = packed_paths.common_prefix(paths, self._filenames)
             if prefix is not None:
                 paths = PrefixedPaths(prefix, self._filenames)
         self._known_paths = {}

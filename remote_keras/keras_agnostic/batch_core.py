@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 
 from remote_keras import errors
-from remote_keras.front_core import resume
-from remote_keras.front_core.files import FilesMixin
-from remote_keras.front_core.lifecycle import LifecycleMixin
-from remote_keras.front_core.passes import EpochClock
-from remote_keras.front_core.scheduling import SchedulingMixin
-from remote_keras.front_core.state import StateMixin
-from remote_keras.front_core.tfdata import to_tf_dataset
+from remote_keras.keras_agnostic import resume
+from remote_keras.keras_agnostic.epoch_clock import EpochClock
+from remote_keras.keras_agnostic.files import FilesMixin
+from remote_keras.keras_agnostic.lifecycle import LifecycleMixin
+from remote_keras.keras_agnostic.scheduling import SchedulingMixin
+from remote_keras.keras_agnostic.state import StateMixin
+from remote_keras.keras_agnostic.tfdata import to_tf_dataset
 from remote_keras.pipeline import batches, sharding
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.epochs import EpochPlanner
@@ -103,7 +103,7 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
     def to_tf_dataset(self) -> Any:
         """Returns the batches of one epoch per pass, as a `tf.data.Dataset`.
 
-        See `remote_keras.front_core.tfdata.to_tf_dataset`.
+        See `remote_keras.keras_agnostic.tfdata.to_tf_dataset`.
 
         Returns:
             A `tf.data.Dataset`; each complete pass ends the iterator's

@@ -41,7 +41,7 @@ import random
 import warnings
 from collections.abc import Sequence
 
-from remote_keras.front_core.resume import Resumption
+from remote_keras.keras_agnostic.resume import Resumption
 
 
 def json_random_state(state: tuple) -> list:

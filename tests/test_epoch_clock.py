@@ -1,4 +1,4 @@
-"""Epoch boundaries from the calls Keras makes in public (`remote_keras.front_core.passes`).
+"""Epoch boundaries from the calls Keras makes in public (`keras_agnostic.epoch_clock`).
 
 An `on_epoch_end()` after `on_epoch_begin()` ends the epoch; one outside a pass
 is held until the same thread reads a batch, and dropped by `on_epoch_begin()`
@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 
 import remote_keras as rk
-from remote_keras.front_core import fit_order
-from remote_keras.front_core.passes import KEPT_BATCHES, EpochClock
+from remote_keras.keras_agnostic import fit_order
+from remote_keras.keras_agnostic.epoch_clock import KEPT_BATCHES, EpochClock
 from tests.helpers import assert_same_batch
 
 

@@ -22,8 +22,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from remote_keras import errors
-from remote_keras.front_core.dataset_arguments import COLOR_MODES
-from remote_keras.front_core.dataset_pipeline import SKIP_FATE, body_of
+from remote_keras.keras_agnostic.dataset_arguments import COLOR_MODES
+from remote_keras.keras_agnostic.dataset_pipeline import SKIP_FATE, body_of
 from remote_keras.pipeline.decoding import decode_image
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.executors import InlineExecutor

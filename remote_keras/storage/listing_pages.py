@@ -1,7 +1,8 @@
-"""One page of a listing, and what lists pages: shared by `listers` and `s3pages`.
+"""One page of a listing, and what lists pages: shared by the listers below.
 
-`remote_keras.storage.listers` lists whole trees from pages; `remote_keras.storage.s3pages`
-(`S3Lister`) and `listers.LakeFSLister` are the listers.
+`remote_keras.storage.parallel_listing` lists whole trees from pages;
+`remote_keras.storage.s3_listing_pages.S3Lister` and `parallel_listing.LakeFSLister` are the
+listers.
 """
 
 from __future__ import annotations

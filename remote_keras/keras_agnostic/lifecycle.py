@@ -7,7 +7,7 @@ import threading
 import weakref
 from typing import Any
 
-from remote_keras.front_core import workers
+from remote_keras.keras_agnostic import workers
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.options import LoaderOptions
 from remote_keras.pipeline.prefetch import Prefetcher, WorkerPools

@@ -8,7 +8,12 @@ import sys
 
 import pytest
 
-from remote_keras.storage.compact import AddressTable, PackedNames, PrefixedPaths, common_prefix
+from remote_keras.storage.packed_paths import (
+    AddressTable,
+    PackedNames,
+    PrefixedPaths,
+    common_prefix,
+)
 
 
 def test_prefixed_paths_read_like_the_list_of_urls_they_replace():

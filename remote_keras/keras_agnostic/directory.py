@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from typing_extensions import Unpack
 
-from remote_keras.front_core.batch_core import RemoteBatchCore
+from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides, keras_arguments
 from remote_keras.storage import listing, locations, saving
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from remote_keras.front_core import fit_order
-from remote_keras.front_core.passes import EpochClock
+from remote_keras.keras_agnostic import fit_order
+from remote_keras.keras_agnostic.epoch_clock import EpochClock
 from remote_keras.pipeline import batches
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.epochs import BatchPlan, EpochPlanner
