@@ -5,13 +5,17 @@ from __future__ import annotations
 import pickle
 import threading
 
-from remote_keras.keras2.epoch_ends import EpochEnds
+from remote_keras.keras2.call_order import ENQUEUED_AHEAD, PEEKED, Keras2Clock
 
 
-def _call_from_thread(ends: EpochEnds, calls: int = 1) -> list[bool]:
+def _ends_epoch(clock: Keras2Clock) -> bool:
+    return clock.end(4) == 1
+
+
+def _call_from_thread(ends: Keras2Clock, calls: int = 1) -> list[bool]:
     results: list[bool] = []
     thread = threading.Thread(
-        target=lambda: results.extend(ends.ends_epoch() for _ in range(calls))
+        target=lambda: results.extend(_ends_epoch(ends) for _ in range(calls))
     )
     thread.start()
     thread.join()
@@ -21,7 +25,7 @@ def _call_from_thread(ends: EpochEnds, calls: int = 1) -> list[bool]:
 class _Enqueuer:
     """A running thread that calls `ends_epoch()` when told to, as Keras 2's enqueuer does."""
 
-    def __init__(self, ends: EpochEnds) -> None:
+    def __init__(self, ends: Keras2Clock) -> None:
         self.ends, self.results = ends, []
         self.go, self.done, self.stop = threading.Event(), threading.Event(), False
         self.thread = threading.Thread(target=self._run)
@@ -33,7 +37,7 @@ class _Enqueuer:
             self.go.clear()
             if self.stop:
                 return
-            self.results.append(self.ends.ends_epoch())
+            self.results.append(_ends_epoch(self.ends))
             self.done.set()
 
     def epoch_end(self) -> bool:
@@ -49,19 +53,20 @@ class _Enqueuer:
 
 
 def test_calls_from_one_thread_each_end_an_epoch():
-    ends = EpochEnds()
-    assert [ends.ends_epoch() for _ in range(3)] == [True, True, True]
+    ends = Keras2Clock()
+    assert [_ends_epoch(ends) for _ in range(3)] == [True, True, True]
     assert not ends.paired
+    assert ends.keep_limit == PEEKED  # only Keras 2's read of batch 0 is kept
 
 
 def test_an_enqueuer_and_fit_end_one_epoch_per_pair_in_either_order():
-    ends = EpochEnds()
+    ends = Keras2Clock()
     enqueuer = _Enqueuer(ends)
     try:
         assert enqueuer.epoch_end() is True  # the enqueuer first, fit after
-        assert ends.ends_epoch() is False
+        assert _ends_epoch(ends) is False
         assert ends.paired
-        assert ends.ends_epoch() is True  # fit first, the enqueuer after
+        assert _ends_epoch(ends) is True  # fit first, the enqueuer after
         assert enqueuer.epoch_end() is False
     finally:
         enqueuer.close()
@@ -70,35 +75,36 @@ def test_an_enqueuer_and_fit_end_one_epoch_per_pair_in_either_order():
 def test_a_thread_started_after_an_end_does_not_complete_its_pair():
     # fit's last end had no partner (its enqueuer was stopped first); the next fit's enqueuer
     # starts a pair of its own.
-    ends = EpochEnds()
-    assert ends.ends_epoch() is True
+    ends = Keras2Clock()
+    assert _ends_epoch(ends) is True
     assert _call_from_thread(ends) == [True]
-    assert ends.ends_epoch() is False  # fit's call completes that enqueuer's pair
+    assert _ends_epoch(ends) is False  # fit's call completes that enqueuer's pair
 
 
 def test_pickled_copies_keep_what_was_learnt_but_no_threads():
-    ends = EpochEnds()
+    ends = Keras2Clock()
     enqueuer = _Enqueuer(ends)
     try:
         enqueuer.epoch_end()
-        ends.ends_epoch()
+        _ends_epoch(ends)
     finally:
         enqueuer.close()
     copy = pickle.loads(pickle.dumps(ends))
-    assert copy.paired and copy.by_enqueuer()
-    assert copy.ends_epoch() is True
+    assert copy.paired
+    assert _ends_epoch(copy) is True
+    assert copy.keep_limit == ENQUEUED_AHEAD  # paired: an enqueuer reads the next epoch ahead
 
 
 def test_an_epoch_an_enqueuer_began_may_have_been_read_ahead_of_fit():
     # Its skips are listed once the epoch ends: the enqueuer may have read batches `fit` never
     # trains on (after the last epoch).
-    ends = EpochEnds()
-    assert ends.ends_epoch() is True and not ends.read_ahead  # fit's own end
+    ends = Keras2Clock()
+    assert _ends_epoch(ends) is True and not ends.read_ahead  # fit's own end
     enqueuer = _Enqueuer(ends)
     try:
         assert enqueuer.epoch_end() is True and ends.read_ahead  # the enqueuer's, first
-        assert ends.ends_epoch() is False and ends.read_ahead  # fit's completes the pair
+        assert _ends_epoch(ends) is False and ends.read_ahead  # fit's completes the pair
         assert pickle.loads(pickle.dumps(ends)).read_ahead
-        assert ends.ends_epoch() is True and not ends.read_ahead  # fit's, before the enqueuer
+        assert _ends_epoch(ends) is True and not ends.read_ahead  # fit's, before the enqueuer
     finally:
         enqueuer.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from remote_keras.keras2.fit_order import KerasDraws, keras2_resumption
+from remote_keras.keras2.call_order import KerasDraws, keras2_resumption
 from remote_keras.keras_agnostic.fit_order import shuffled
 
 

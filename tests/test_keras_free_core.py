@@ -38,8 +38,7 @@ CORE_MODULES = (
 FRONT_WITHOUT_KERAS = (
     "remote_keras.keras2",
     "remote_keras.keras2.datasets",
-    "remote_keras.keras2.epoch_ends",
-    "remote_keras.keras2.fit_order",
+    "remote_keras.keras2.call_order",
     "remote_keras.keras3",
     "remote_keras.keras3.backup_files",
 )

@@ -12,7 +12,7 @@ iterator's `state_dict()` (seed, lakeFS commits, a fingerprint of the files)
 and the Python `random` state `fit(shuffle=True)` draws that epoch's batch
 order from. On restart it loads the record for the epoch and step Keras
 resumes at, so that every step trains the batch, augmentation and order of
-the uninterrupted run (`remote_keras.keras2.fit_order`), at the commits the
+the uninterrupted run (`remote_keras.keras2.call_order`), at the commits the
 first run read.
 """
 
@@ -25,7 +25,7 @@ import warnings
 from typing import Any
 
 from remote_keras.keras2 import keras_api
-from remote_keras.keras2.fit_order import keras2_resumption
+from remote_keras.keras2.call_order import keras2_resumption
 from remote_keras.keras_agnostic.fit_order import json_random_state, python_random_state, shuffled
 from remote_keras.keras_agnostic.resume import Resumption
 

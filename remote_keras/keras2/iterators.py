@@ -10,7 +10,7 @@ every `on_epoch_end()` ends the epoch, except the extra one of a pair: with
 `workers > 1` or `use_multiprocessing=True`, Keras 2's `fit` reads through an
 `OrderedEnqueuer`, whose own thread calls `on_epoch_end()` once the epoch's
 batches are all handed over, and `fit` calls it too, from its thread
-(`EpochEnds` pairs the two by thread, never by reading the call stack).
+(`call_order.Keras2Clock` pairs the two by thread, never by reading the call stack).
 Batches that enqueuer reads ahead for the next epoch before `fit` stops it are
 kept (threads) for the next epoch, which hands them out.
 """
@@ -21,19 +21,12 @@ import warnings
 from typing import Any
 
 from remote_keras.keras2 import keras_api
-from remote_keras.keras2.epoch_ends import EpochEnds
-from remote_keras.keras2.fit_order import KerasDraws
+from remote_keras.keras2.call_order import Keras2Clock, KerasDraws
 from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
 from remote_keras.keras_agnostic.dataframe import DataFrameCore
 from remote_keras.keras_agnostic.directory import DirectoryCore
 from remote_keras.keras_agnostic.pixels import keras_pixels
 from remote_keras.pipeline.batches import Pixels
-
-# Batches read before an epoch's own reads that it hands out again: Keras 2's reading of batch 0
-# for the spec, or, after an enqueuer ended the epoch, what it read ahead for the next one
-# (Keras 2's `max_queue_size`, 10 by default; more would be read again).
-_PEEKED = 1
-_ENQUEUED_AHEAD = 64
 
 
 class KerasHooks:
@@ -66,13 +59,13 @@ class KerasHooks:
 class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
     """`RemoteBatchCore` on Keras 2's `Iterator`, with Keras 2's epoch ends (module docstring)."""
 
+    _clock: Keras2Clock
+    _clock_type = Keras2Clock
+
     def _finish_init(self) -> None:
         super()._finish_init()
-        self._epoch_ends = EpochEnds()
         # `fit(shuffle=True)`'s draws, for BackupAndRestore (kept when a restore lists again)
         self._draws = self.__dict__.get("_draws") or KerasDraws()
-        self._clock.keep_first = True  # Keras 2 begins no pass: keep the first reads only
-        self._clock.keep_limit = _PEEKED
         if self.options.use_multiprocessing:
             warnings.warn(
                 "Keras 2's fit takes `workers`, `use_multiprocessing` and `max_queue_size` as "
@@ -97,16 +90,13 @@ class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
         """
         self._ensure_process()
         with self.lock:
-            if not self._epoch_ends.ends_epoch():
-                return  # the second call of a pair (module docstring)
-            self._end_epochs(1)
-            # An enqueuer's reads ahead, some still in flight, are the next epoch's.
-            ahead = self._epoch_ends.by_enqueuer()
-            self._clock.keep_limit = _ENQUEUED_AHEAD if ahead else _PEEKED
+            ended = self._clock.end(self._length())  # none: the second call of a pair
+            if ended:
+                self._end_epochs(ended)
 
     def _skips_listed_before(self) -> int | None:
         """Only ended epochs' when an enqueuer began this one (it reads ahead of `fit`)."""
-        return self._clock.epoch if self._epoch_ends.read_ahead else None
+        return self._clock.epoch if self._clock.read_ahead else None
 
     def next(self):
         """The next batch of the stream (Keras 2 spells `next(iterator)` so too)."""

@@ -46,6 +46,8 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
     _filenames: Sequence[str]
     seed: int | None
     _filepaths: Sequence[str]
+    # The front's one epoch tracker (Keras 2's ends its epochs by its own rule).
+    _clock_type: type[EpochClock] = EpochClock
 
     def _init_remote(self, options: LoaderOptions | None, overrides: LoaderOverrides) -> None:
         self.options = (options or LoaderOptions()).merged(overrides)
@@ -72,7 +74,7 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
         self._per_process_state()
         # Epoch, passes, batches kept for the pass and a resumed epoch's order; copies in
         # worker processes get them too.
-        self._clock = EpochClock()
+        self._clock = self._clock_type()
         self._prepared: tuple[int, int, resume.Resumption | None] | None = None
         self._stream_position = 0
         self._last_requested: int | None = None

@@ -49,7 +49,7 @@ class EpochClock:
         self.fit_pass = 0  # passes begun since Keras's reset began a `fit` (or `evaluate`)
         self.told_shuffle: bool | None = None  # Keras 3.16's `fit(shuffle=...)`, this pass
         self.resume_counted = True  # whether `num_batches` counts only what `resume` has left
-        # The Keras 2 front, which never sees a pass begin, keeps only an epoch's first reads.
+        # Kept outside a pass: the latest `keep_limit` (Keras 2's clock keeps the first instead).
         self.keep_limit = KEPT_BATCHES
         self.keep_first = False
 

@@ -1,13 +1,23 @@
-"""Keras 2's `fit(shuffle=True)` batch order: where it is drawn, and how a resume replays it.
+"""The one module of the Keras 2 front that relies on the order of Keras 2's own calls.
 
-The one module of the Keras 2 front that relies on the order of Keras 2's own
-calls. Keras 2 reads a `Sequence` through `KerasSequenceAdapter`, which at the
-start of each epoch calls `len(sequence)` and at once shuffles
-`list(range(len))` with Python's global `random` (with `fit(shuffle=True)`,
-its default), then asks for the batches in that order:
-`keras/src/engine/data_adapter.py` lines 1056-1064 of Keras 2.15 without
-workers, and `OrderedEnqueuer._run` in `keras/src/utils/data_utils.py` lines
-823-830 with `workers > 1` or `use_multiprocessing=True` (tf_keras 2.21:
+Epoch ends. Keras 2 never calls `on_epoch_begin()`; it calls `on_epoch_end()`
+once at the end of each epoch of `fit`, `evaluate` and `predict`, after
+reading batch 0 once to learn the batch's spec. With `workers > 1` or
+`use_multiprocessing=True`, `fit` reads through an `OrderedEnqueuer`, whose own
+thread also calls `on_epoch_end()` once the epoch's batches are all handed over
+(`keras/src/utils/data_utils.py`, `OrderedEnqueuer._run`, line 847 of Keras
+2.15; `tf_keras/src/utils/data_utils.py`, the same code), while `fit` calls it
+from its thread (`keras/src/engine/data_adapter.py`: `DataHandler.enumerate_epochs`,
+line 1354, through `KerasSequenceAdapter.on_epoch_end`, line 1077), in either
+order. `Keras2Clock` pairs the two calls by thread alone.
+
+`fit(shuffle=True)`'s batch order. Keras 2 reads a `Sequence` through
+`KerasSequenceAdapter`, which at the start of each epoch calls
+`len(sequence)` and at once shuffles `list(range(len))` with Python's global
+`random` (with `fit(shuffle=True)`, its default), then asks for the batches in
+that order: `keras/src/engine/data_adapter.py` lines 1056-1064 of Keras 2.15
+without workers, and `OrderedEnqueuer._run` in `keras/src/utils/data_utils.py`
+lines 823-830 with `workers > 1` or `use_multiprocessing=True` (tf_keras 2.21:
 `tf_keras/src/engine/data_adapter.py`, `tf_keras/src/utils/data_utils.py`, the
 same code). Nothing is drawn between that `len()` and the shuffle. The draw
 comes after `on_epoch_begin()` and the first `on_train_batch_begin()` of the
@@ -16,15 +26,73 @@ epoch, and after a lazily built model's weights drew their seeds from `random`.
 So the iterator's `len()` is where the state an epoch's order is drawn from
 can be seen (`KerasDraws.seen`) and, on a resume, set (`KerasDraws.armed`):
 Keras then draws the uninterrupted run's order again, and every later epoch's.
+
+Keras-free, so that it is tested without Keras 2 (tests/test_keras2_epoch_ends.py,
+tests/test_keras2_fit_order.py).
 """
 
 from __future__ import annotations
 
 import random
 import threading
+from typing import Any
 
+from remote_keras.keras_agnostic.epoch_clock import EpochClock
 from remote_keras.keras_agnostic.fit_order import shuffled
 from remote_keras.keras_agnostic.resume import Resumption
+
+# Batches read before an epoch's own reads that it hands out again: Keras 2's reading of batch 0
+# for the spec, or, after an enqueuer ended the epoch, what it read ahead for the next one
+# (Keras 2's `max_queue_size`, 10 by default; more would be read again).
+PEEKED = 1
+ENQUEUED_AHEAD = 64
+
+
+class Keras2Clock(EpochClock):
+    """The Keras 2 front's epoch tracker: an `EpochClock` whose epochs end by Keras 2's rule.
+
+    No pass ever begins (Keras 2 calls no `on_epoch_begin()`), so only an
+    epoch's first reads are kept. An `on_epoch_end()` ends an epoch unless it
+    is the second of a pair (module docstring): the last epoch end came from
+    another thread, and this thread was already running then (a thread started
+    later, such as the next `fit`'s enqueuer, makes a pair of its own). Calls
+    from one thread (`fit` without workers, a loop of your own) each end an
+    epoch.
+
+    Attributes:
+        paired: A pair was seen: an enqueuer drives this iterator.
+        read_ahead: The current epoch began with an end from another thread
+            than the main one (an enqueuer's): the enqueuer may read its
+            batches before `fit` trains it, or never does.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keep_first = True
+        self.keep_limit = PEEKED
+        self._open: tuple[threading.Thread, set[threading.Thread]] | None = None
+        self.paired = False
+        self.read_ahead = False
+
+    def end(self, length: int) -> int:
+        """`on_epoch_end()` (under the iterator's lock): how many epochs end now (0 or 1)."""
+        me = threading.current_thread()
+        if self._open is not None:
+            ender, running = self._open
+            if me is not ender and me in running:
+                self._open = None
+                self.paired = self.read_ahead = True
+                return 0
+        self._open = (me, set(threading.enumerate()))
+        self.read_ahead = me is not threading.main_thread()
+        # An enqueuer's reads ahead, some still in flight, are the next epoch's.
+        by_enqueuer = self.paired or me is not threading.main_thread()
+        self.keep_limit = ENQUEUED_AHEAD if by_enqueuer else PEEKED
+        return 1
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_open": None}  # threads belong to this process
+
 
 # `len()` states kept: Keras 2 calls `len()` a few times before it draws.
 _SEEN = 4
