@@ -1,4 +1,4 @@
-"""CONTRIBUTING's map of the package names every module, in the folder it is in."""
+"""CONTRIBUTING names every module in its folder, and where Keras's call order is relied on."""
 
 from __future__ import annotations
 
@@ -33,3 +33,13 @@ def test_the_layout_names_no_module_that_does_not_exist():
     names = set(re.findall(r"\b([a-z_0-9]+\.py)\b", _layout()))
     existing = {path.name for path in (ROOT / "remote_keras").rglob("*.py")}
     assert names <= existing, sorted(names - existing)
+
+
+def test_each_module_relying_on_kerass_call_order_names_the_lines_it_relies_on():
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    section = text.split("## Where Keras's call order is relied on", 1)[1].split("\n## ", 1)[0]
+    modules = re.findall(r"`((?:keras\w*)/[a-z_0-9]+\.py)`", section)
+    assert len(modules) == 5, modules
+    for module in modules:
+        source = (ROOT / "remote_keras" / module).read_text()
+        assert re.search(r"\blines? \d+", source), f"{module} names no Keras source line"

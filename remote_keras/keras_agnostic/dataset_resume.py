@@ -3,8 +3,11 @@
 The dataset shuffles each pass with TensorFlow's `shuffle` op and one seed
 generator shared by all passes of the dataset object, as Keras's own dataset
 does: every iterator made over the dataset draws the next seeds, read or not
-(Keras's `fit` makes one at the end of each epoch that it never reads), so an
-epoch's order follows from the seed and the number of iterators made before.
+(Keras's `fit` makes one at the end of each epoch that it never reads:
+`keras/src/trainers/epoch_iterator.py` line 125 of Keras 3.15.1; Keras 2.15 makes
+one per epoch in `DataHandler.enumerate_epochs`, `keras/src/engine/data_adapter.py`
+lines 1341-1346), so an epoch's order follows from the seed and the number of
+iterators made before.
 A dataset made again after a restart starts again at the first draw. Each
 dataset here counts its draws: the iterators made over it (`iter(dataset)`, as
 Keras's `fit` and `evaluate` and `as_numpy_iterator` make them) and the passes

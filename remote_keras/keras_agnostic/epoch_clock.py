@@ -7,6 +7,16 @@ of `fit`, before each `evaluate` pass). The clock tells the two apart by the
 rule in `EpochClock.end`, and keeps the batches read outside a pass (such as
 TensorFlow's reading of batches 0 and 1 to infer the tensor spec) so that the
 pass that asks for them again does not read them twice.
+
+The Keras source this relies on is `keras/src/trainers/epoch_iterator.py`:
+`EpochIterator.reset()` calls `on_epoch_end()` (line 94 of Keras 3.8.0, 103 of
+3.15.1 and of 3.16.0.dev2026102704), and each pass calls `on_epoch_begin()` first
+(lines 97 and 106) and `on_epoch_end()` last (lines 121 and 134). Keras 3.16's
+adapter starts its workers only after passing `on_epoch_begin()` on
+(`py_dataset_adapter.py`, lines 359-362), but a pass's tf.data iterator is made
+at the end of the one before (`epoch_iterator.py` line 125 of 3.15.1): its first
+indices can be asked before `on_epoch_begin()` (`EpochClock.note_asked`). The
+Keras 2 front's clock is `remote_keras.keras2.call_order.Keras2Clock`.
 """
 
 from __future__ import annotations
