@@ -217,6 +217,7 @@ def test_same_seed_gives_the_same_faults(s3_server, proxy, prefix):
     assert sum(proxy.faults_injected.values()) == sum(o != "200" for run in runs for o in run)
 
 
+@pytest.mark.slow
 def test_max_faults_per_key_lets_the_next_request_through(s3_server, proxy, prefix):
     a = presigned_target(s3_server, proxy, f"{prefix}/a.bin")
     b = presigned_target(s3_server, proxy, f"{prefix}/b.bin")
@@ -344,6 +345,7 @@ def test_s3fs_retries_get_through_with_max_faults_per_key(s3_server, proxy, pref
     assert counts["GET"] == 3 and counts["fault:truncate"] == 2, counts
 
 
+@pytest.mark.slow
 def test_listings_are_not_faulted_with_only_objects(s3_server, proxy, prefix):
     fs = s3fs_client(s3_server, proxy)
     proxy.set_faults(plan("503", methods=("GET", "HEAD")))

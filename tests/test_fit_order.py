@@ -53,6 +53,7 @@ def _fit(shuffle: bool, initial_epoch: int = 0) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("initial_epoch", [0, 2])
+@pytest.mark.slow
 def test_the_installed_keras_orders_passes_by_the_rule_this_package_replays(initial_epoch):
     passes = _fit(shuffle=True, initial_epoch=initial_epoch)
     if seeds_epochs(keras.__version__):  # Keras 3.16: pass p of any fit from Random(p + 1)

@@ -91,6 +91,7 @@ def test_local_equals_keras_over_two_epochs(image_dir, capsys, kwargs):
         assert_same_dataset(stock, ours)
 
 
+@pytest.mark.slow
 def test_rgba_and_explicit_labels_equal_keras(tmp_path):
     rng = np.random.default_rng(1)
     for i in range(9):
@@ -103,6 +104,7 @@ def test_rgba_and_explicit_labels_equal_keras(tmp_path):
     assert labels == [i % 3 for i in range(9)]  # Keras shuffles the list given in place
 
 
+@pytest.mark.slow
 def test_nested_hidden_and_linked_folders_follow_keras(tmp_path, image_dir):
     local, _ = image_dir
     root = tmp_path / "tree"
@@ -407,6 +409,7 @@ def test_argument_errors_are_keras_own_through_s3(image_dir, s3_images, s3_optio
         rk.image_dataset_from_directory(url, storage_options=s3_options, verbose=False, **kwargs)
 
 
+@pytest.mark.slow
 def test_follow_links_on_a_url_reads_what_false_reads(s3_images, s3_options):
     url, _ = s3_images
     kwargs = dict(storage_options=s3_options, image_size=(4, 4), seed=1, verbose=False)

@@ -128,6 +128,7 @@ def _folder_with_bad_files(root: str) -> list[str]:
     return paths
 
 
+@pytest.mark.slow
 def test_each_subset_lists_its_own_skipped_files_once(tmp_path):
     _folder_with_bad_files(str(tmp_path))
     train, validation = rk.image_dataset_from_directory(
@@ -148,6 +149,7 @@ def test_each_subset_lists_its_own_skipped_files_once(tmp_path):
     assert [path for path, _ in validation.skipped] == [bad_validation]
 
 
+@pytest.mark.slow
 def test_a_decode_failure_keeps_tensorflows_reason(tmp_path):
     # Keras's own function fails the same files with TensorFlow's "JPEG does not support 4
     # channels"; the package said they were not images it could decode.

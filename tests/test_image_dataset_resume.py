@@ -129,6 +129,7 @@ def test_a_dataset_read_through_a_derived_one_warns_on_restore(image_dir, tmp_pa
 
 
 @pytest.mark.parametrize("derive", [False, True], ids=["itself", "cache-prefetch"])
+@pytest.mark.slow
 def test_reading_through_a_derived_dataset_is_said_when_fit_starts(image_dir, tmp_path, derive):
     # The tutorial's `.cache().prefetch(...)`: said at the first step, not only on restore,
     # when the resume guarantee is already lost.

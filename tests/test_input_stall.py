@@ -173,6 +173,7 @@ def test_input_wait_through_to_tf_dataset(image_dir):
         assert 0 < report.input_wait_s <= report.train_s
 
 
+@pytest.mark.slow
 def test_batches_built_in_worker_processes_are_reported_as_not_measured(image_dir):
     directory, df = image_dir
     gen = rk.ImageDataGenerator(rescale=1 / 255)

@@ -187,6 +187,7 @@ def test_lakectl_local_folder_is_recorded_by_its_ref(target, client, repo, image
             np.testing.assert_array_equal(batch[1], streamed[i][1])
 
 
+@pytest.mark.slow
 def test_a_records_folder_is_found_without_holding_the_iterators_paths():
     """At 400k images the record once split every path into a list (about 64 MB at once)."""
     import tracemalloc

@@ -70,6 +70,7 @@ key_text = st.text(alphabet="ab0z/._ ~", min_size=1, max_size=9)
 @given(
     keys=st.lists(key_text, max_size=60), size=st.integers(1, 7), root=st.sampled_from(["", "a/"])
 )
+@pytest.mark.slow
 def test_list_tree_equals_one_serial_listing(keys, size, root):
     lister = FakeLister(keys, size)
     expected = [k[len(root) :] for k in lister.keys if k.startswith(root)]

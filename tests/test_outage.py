@@ -210,6 +210,7 @@ def down_until(time_: FakeTime, up_at: float, exc=ConnectionRefusedError):
     return fetch
 
 
+@pytest.mark.slow
 def test_the_default_policy_waits_out_a_long_outage_of_a_big_batch():
     time_ = FakeTime()
     paths = [f"s3://b/{i}.png" for i in range(256)]  # far more than any fixed budget
@@ -433,6 +434,7 @@ def _pool_warnings(options: dict, repo: str) -> list[str]:
     return [m for m in records.messages if "Connection pool is full" in m]
 
 
+@pytest.mark.slow
 def test_a_lakefs_epoch_never_fills_the_connection_pool(lakefs_data, monkeypatch):
     from remote_keras.storage import connections
 

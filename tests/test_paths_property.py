@@ -90,6 +90,7 @@ ROW = st.one_of(
     ),
     rows=st.lists(ROW, max_size=8),
 )
+@pytest.mark.slow
 def test_row_urls_is_row_url_of_each_row(directory, rows):
     expected = [listing.row_url(directory, row) for row in rows]
     assert list(listing.row_urls(directory, rows)) == expected

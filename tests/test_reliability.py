@@ -324,6 +324,7 @@ def _wait_for_no_threads(timeout_s: float = 60) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_secrets_never_reach_reprs_errors_warnings_or_logs(s3_images, s3_options, caplog):
     import logging
 

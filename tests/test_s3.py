@@ -28,6 +28,7 @@ def stock_batches(directory, df=None, **kwargs):
     return it, [it[i] for i in range(len(it))]
 
 
+@pytest.mark.slow
 def test_dataframe_with_s3_directory_equals_stock_on_local_copy(image_dir, s3_images, s3_options):
     local, df = image_dir
     url, _ = s3_images
