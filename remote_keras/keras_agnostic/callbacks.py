@@ -138,7 +138,7 @@ class DataVersionCore:
         lakefs_refs: bool = True,
     ) -> None:
         super().__init__()
-        self.iterators = data_versions._as_list(iterators)
+        self.iterators = data_versions.as_list(iterators)
         self.filepath = os.fspath(filepath)
         self.storage_options = storage_options
         self.lakefs_refs = lakefs_refs

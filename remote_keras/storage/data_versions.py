@@ -62,7 +62,7 @@ def write_data_version(
         "paths", "urls"}, ...]}` (plus `"local_path"` for a `lakectl local`
         folder).
     """
-    iterators = _as_list(iterators)
+    iterators = as_list(iterators)
     if storage_options is None:
         storage_options = next(
             (it.options.storage_options for it in iterators if hasattr(it, "options")), None
@@ -235,7 +235,8 @@ def read_table_bytes(url: str, data: bytes, **read_kwargs: Any):
 # ---------------------------------------------------------------------- internals
 
 
-def _as_list(iterators: Any) -> list[Any]:
+def as_list(iterators: Any) -> list[Any]:
+    """`iterators` as a list: one iterator, or a list or tuple of them."""
     return list(iterators) if isinstance(iterators, (list, tuple)) else [iterators]
 
 
