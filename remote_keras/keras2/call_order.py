@@ -86,8 +86,7 @@ class Keras2Clock(EpochClock):
         self._open = (me, set(threading.enumerate()))
         self.read_ahead = me is not threading.main_thread()
         # An enqueuer's reads ahead, some still in flight, are the next epoch's.
-        by_enqueuer = self.paired or me is not threading.main_thread()
-        self.keep_limit = ENQUEUED_AHEAD if by_enqueuer else PEEKED
+        self.keep_limit = ENQUEUED_AHEAD if self.paired or self.read_ahead else PEEKED
         return 1
 
     def __getstate__(self) -> dict[str, Any]:

@@ -12,11 +12,11 @@ The Keras source this relies on is `keras/src/trainers/epoch_iterator.py`:
 `EpochIterator.reset()` calls `on_epoch_end()` (line 94 of Keras 3.8.0, 103 of
 3.15.1 and of 3.16.0.dev2026102704), and each pass calls `on_epoch_begin()` first
 (lines 97 and 106) and `on_epoch_end()` last (lines 121 and 134). Keras 3.16's
-adapter starts its workers only after passing `on_epoch_begin()` on
-(`py_dataset_adapter.py`, lines 359-362), but a pass's tf.data iterator is made
-at the end of the one before (`epoch_iterator.py` line 125 of 3.15.1): its first
-indices can be asked before `on_epoch_begin()` (`EpochClock.note_asked`). The
-Keras 2 front's clock is `remote_keras.keras2.call_order.Keras2Clock`.
+adapter passes `on_epoch_begin()` on before it starts its workers
+(`py_dataset_adapter.py`, lines 359-362), yet its workers were seen asking for a
+pass's first indices after Keras's reset and before that call reached the
+iterator: `EpochClock.note_asked` counts them for the pass. The Keras 2 front's
+clock is `remote_keras.keras2.call_order.Keras2Clock`.
 """
 
 from __future__ import annotations
@@ -178,10 +178,9 @@ class EpochClock:
         """Records an index asked for (the first `ASKED_KEPT` of each pass).
 
         Indices asked for outside a pass by a thread other than one holding
-        an end (Keras 3.16's workers fill their queue as soon as its reset
-        starts them, before `on_epoch_begin()`) are the next pass's first:
-        without them, the indices seen in the pass can fit the unshuffled
-        order better than the shuffled one.
+        an end (Keras 3.16's workers, seen asking before `on_epoch_begin()`)
+        are the next pass's first: without them, the indices seen in the pass
+        can fit the unshuffled order better than the shuffled one.
         """
         if self.in_pass:
             if len(self.asked) < ASKED_KEPT:

@@ -19,6 +19,8 @@ from typing import Any
 
 from remote_keras.pipeline import prefetch
 
+_IDLE = object()  # a wait for work that timed out
+
 
 class DaemonExecutor(Executor):
     """A thread pool of daemon threads, started as work needs them and ended when idle.
@@ -72,7 +74,7 @@ class DaemonExecutor(Executor):
             with self._lock:
                 self._waiting -= 1
                 # A task queued after the wait timed out is taken, never left without a thread.
-                if item is _IDLE and self._queue.empty() or item is None:
+                if item is None or (item is _IDLE and self._queue.empty()):
                     self._threads.discard(threading.current_thread())
                     return
             if item is _IDLE:
@@ -103,9 +105,6 @@ class DaemonExecutor(Executor):
         if wait:
             for thread in threads:
                 thread.join()
-
-
-_IDLE = object()  # a wait for work that timed out
 
 
 class InlineExecutor(Executor):
