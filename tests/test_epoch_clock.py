@@ -155,3 +155,34 @@ def test_a_loop_of_your_own_moves_to_the_next_epoch_at_its_next_read(image_dir):
         reference.set_epoch(3)
         assert_same_batch(it[1], reference[1])
         assert it.state_dict()["epoch"] == 3
+
+
+def test_the_clock_proves_fit_shuffle_from_which_thread_asked_and_what_was_trained():
+    # Two of Keras 3.16's 4 worker threads ask for 2 and 3 of Random(1)'s 3, 6, 5, 2, ...; the
+    # threads holding 6 and 5 stall. Both stay alive, as Keras's pool threads do in a pass.
+    clock = EpochClock()
+    clock.end(7)
+    clock.begin(keras_workers=4)
+    release = threading.Event()
+
+    def worker(index: int, asked: threading.Event) -> None:
+        clock.note_asked(index)
+        asked.set()
+        release.wait(10)
+
+    threads = []
+    for index in (2, 3):
+        asked = threading.Event()
+        threads.append(threading.Thread(target=worker, args=(index, asked)))
+        threads[-1].start()
+        asked.wait(10)
+    try:
+        assert len(set(clock.askers)) == 2
+        assert clock.read_shuffle(0, 7) is False  # read alone: closer to in order
+        assert clock.read_shuffle(0, 7, proven=True) is None  # either order could
+        # Keras trained one batch: in order it would have been 0's, never asked.
+        assert clock.read_shuffle(0, 7, trained=1, proven=True) is True
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join()

@@ -15,6 +15,7 @@ import pytest
 from remote_keras.keras_agnostic.fit_order import (
     EpochSeededReplay,
     epoch_seeded_order,
+    prove_shuffle,
     seeds_epochs,
     shuffled,
     tell_shuffle,
@@ -95,5 +96,60 @@ def test_shuffle_is_told_from_the_first_indices_asked_even_a_little_out_of_order
     assert tell_shuffle([0, 1, 2, 3, 4, 6, 5], 1, BATCHES) is False  # two worker threads
     assert tell_shuffle(shuffled_pass[1::-1] + shuffled_pass[2:], 1, BATCHES) is True
     assert tell_shuffle([], 1, BATCHES) is None
-    told = EpochSeededReplay(0, 2, shuffle=None).told([0, 1], 2, BATCHES)
-    assert told.shuffle is False and told.positions(2, BATCHES) is None
+    read = EpochSeededReplay(0, 2, shuffle=None).told([0, 1], 2, BATCHES)
+    assert read.shuffle is None and read.reading is False  # not proven: read, asked again
+    assert read.positions(2, BATCHES) is None
+    # Keras without its enqueuer asks from one thread, in order: 0 first proves unshuffled.
+    proven = EpochSeededReplay(0, 2, shuffle=None).told([0], 2, BATCHES, workers=1)
+    assert proven.shuffle is False and proven.positions(2, BATCHES) is None
+
+
+def _asks_of_stalling_workers(order, workers, rng):
+    """Arrival order of Keras's asks when `workers` threads take `order` from a queue.
+
+    Each thread asks for an index after a random (heavy-tailed) stall once it took it, and
+    takes the next one when its read is done. Returns `(asked, askers, trained)` at the end
+    of Keras's first training step: it trained `order[0]` once that read was done.
+    """
+    free = [0.0] * workers
+    asks, done = [], {}
+    for index in order:
+        thread = min(range(workers), key=free.__getitem__)
+        asked = free[thread] + rng.expovariate(1.0) ** 3 * 0.2
+        done[index] = free[thread] = asked + rng.expovariate(1.0) * 0.3
+        asks.append((asked, index, thread))
+    step_end = done[order[0]] + rng.random() * 0.5
+    seen = sorted(ask for ask in asks if ask[0] <= step_end)
+    return [index for _, index, _ in seen], [thread for _, _, thread in seen], 1
+
+
+@pytest.mark.parametrize("fit_shuffle", [True, False])
+def test_stalled_worker_threads_never_prove_the_wrong_order(fit_shuffle):
+    # Under load, one of Keras's 4 worker threads can stall after taking an index while the
+    # others ask for later ones: 2, 3 arrive before 6 of Random(1)'s 3, 6, 5, 2, ... The
+    # closest-order reading then says unshuffled (CI's nightly run, restored at an epoch's
+    # start, replayed nothing). Which thread asked and what Keras trained rule that out.
+    rng = random.Random(7)
+    order = list(epoch_seeded_order(0, BATCHES)) if fit_shuffle else list(range(BATCHES))
+    misread = proven = 0
+    for _ in range(2000):
+        asked, askers, trained = _asks_of_stalling_workers(order, 4, rng)
+        misread += tell_shuffle(asked, 0, BATCHES) is (not fit_shuffle)
+        verdict = prove_shuffle(asked, 0, BATCHES, askers=askers, workers=4, trained=trained)
+        assert verdict in (fit_shuffle, None), (asked, askers)
+        proven += verdict is fit_shuffle
+    assert misread > 20  # the schedules that fooled the reading alone are among them
+    assert proven > 1500  # and most are proven at the first step
+
+
+def test_the_asks_of_a_stalled_thread_prove_the_order():
+    shuffled_pass = list(epoch_seeded_order(0, BATCHES))  # 3, 6, 5, 2, 0, 4, 1
+    assert tell_shuffle([2, 3], 0, BATCHES) is False  # read alone: closer to in order
+    assert prove_shuffle([2, 3], 0, BATCHES, askers=[1, 2], workers=4, trained=1) is True
+    # One thread asks 2 then 0: in order, 0 comes before 2.
+    assert prove_shuffle([2, 0, 4], 0, BATCHES, askers=[1, 1, 1], workers=4) is True
+    # Shuffled, 0 comes fifth: the 4 indices before it, unasked, would need 4 other threads.
+    assert prove_shuffle([0], 0, BATCHES, workers=4) is False
+    assert prove_shuffle(shuffled_pass[:1], 0, BATCHES, workers=1) is True
+    assert prove_shuffle([], 0, BATCHES, workers=4) is None
+    assert prove_shuffle([2], 0, BATCHES, workers=4) is None  # third or fourth: either could

@@ -24,7 +24,6 @@ from remote_keras.keras_agnostic.fit_order import (
     python_random_state,
     seeds_epochs,
     shuffled,
-    tell_shuffle,
 )
 from remote_keras.keras_agnostic.resume import STATE_FORMAT, fingerprint
 
@@ -174,9 +173,9 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             batches = train.num_batches if train is not None else 0
             if not _SEEDS_EPOCHS:
                 self._order.observe(self._epoch, batches, self._batches())
-            elif self._order.shuffle is None and train is not None:
+            elif self._order.shuffle is None and train is not None:  # once proven, for the fit
                 fit_pass = self._epoch - self._fit_start
-                self._order.shuffle = _told_shuffle(train, fit_pass, batches)
+                self._order.shuffle = train._read_shuffle(fit_pass, batches, batch + 1, True)
         if batch == 0 and self._epoch == self._fit_start:  # the first step of this `fit`
             dataset_resume.warn_derived(self._passes["train"])
         self._done = batch + self._offset + 1
@@ -244,6 +243,15 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         train = self._iterators["train"]
         return len(train) if train is not None else 0
 
+    def _fit_shuffle(self) -> bool:
+        """`fit(shuffle=...)`: as proven, else as the pass's indices read (else Keras's default)."""
+        assert self._order is not None  # noqa: S101 - backups come after an epoch began
+        shuffle, train = self._order.shuffle, self._iterators["train"]
+        if shuffle is None and _SEEDS_EPOCHS and train is not None:
+            fit_pass, trained = self._epoch - self._fit_start, self._done - self._offset
+            shuffle = train._read_shuffle(fit_pass, train.num_batches, trained, False)
+        return shuffle is not False
+
     def _data_state(self, epoch: int, done: int, validated: bool) -> dict[str, Any]:
         train, validation = self._iterators["train"], self._iterators["validation"]
         assert self._order is not None  # noqa: S101 - backups come after an epoch began
@@ -257,7 +265,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             "format": STATE_FORMAT,
             "epoch": epoch,
             "batch": done,
-            "fit_shuffle": self._order.shuffle is not False,
+            "fit_shuffle": self._fit_shuffle(),
             "order_origin": self._origin,
             "python_random": json_random_state(self._order.state(epoch, self._batches())),
             "train": None if train is None else train.state_dict(epoch=epoch, batch=done),
@@ -324,13 +332,6 @@ def _move_to(iterators: dict[str, Any], epoch: int) -> None:
             train._replay_fit(EpochSeededReplay(0, epoch, shuffle=None))
     if validation is not None and validation._current_epoch() != epoch:
         validation.set_epoch(epoch)
-
-
-def _told_shuffle(train: Any, fit_pass: int, batches: int) -> bool | None:
-    """Keras 3.16's `fit(shuffle=...)`, from the indices it asked `train` for so far."""
-    if not train._in_pass():  # read through `to_tf_dataset()`: Keras orders nothing
-        return False
-    return tell_shuffle(train._asked_in_pass(), fit_pass, batches)
 
 
 def _datasets_state(passes: dict[str, Any], mid_epoch: bool) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from remote_keras import errors
-from remote_keras.keras_agnostic import resume
+from remote_keras.keras_agnostic import fit_order, resume
 from remote_keras.keras_agnostic.epoch_clock import EpochClock
 from remote_keras.keras_agnostic.files import FilesMixin
 from remote_keras.keras_agnostic.lifecycle import LifecycleMixin
@@ -175,8 +175,9 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
 
     def on_epoch_begin(self) -> None:
         """Called by Keras before each pass; refuses to feed tf.distribute's splitting a shard."""
+        askers = fit_order.keras_askers(self.workers, self.use_multiprocessing)
         with self.lock:
-            self._clock.begin()
+            self._clock.begin(askers)
         if self.shard.count > 1 and self._keras_on_tensorflow() and sharding.in_tf_multi_worker():
             raise ValueError(
                 f"This iterator reads shard {self.shard.index} of {self.shard.count} "

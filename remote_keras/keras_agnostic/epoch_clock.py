@@ -31,7 +31,7 @@ from remote_keras.keras_agnostic import fit_order, resume
 # Batches read outside a pass that are kept for the pass (TensorFlow's spec inference reads 2).
 KEPT_BATCHES = 2
 # Indices asked for that a pass keeps, to tell `fit(shuffle=...)` on Keras 3.16 (`fit_order`).
-ASKED_KEPT = 8
+ASKED_KEPT = 64
 
 
 class EpochClock:
@@ -53,9 +53,11 @@ class EpochClock:
         # Keras 3.16's `fit(shuffle=True)` resumed: `positions(epoch, batches)` of later epochs.
         self.replay: Any = None
         self.asked: list[int] = []  # the first indices asked for in this pass (`ASKED_KEPT`)
+        self.askers: list[int] = []  # the thread that asked for each
         # Asked for outside a pass since the last boundary or reset: the pass about to begin's
         # first indices, when Keras's workers start reading before `on_epoch_begin()`.
-        self.asked_early: list[int] = []
+        self.asked_early: list[tuple[int, int]] = []
+        self.keras_workers: int | None = None  # threads Keras 3 asks from at once, this pass
         self.fit_pass = 0  # passes begun since Keras's reset began a `fit` (or `evaluate`)
         self.told_shuffle: bool | None = None  # Keras 3.16's `fit(shuffle=...)`, this pass
         self.resume_counted = True  # whether `num_batches` counts only what `resume` has left
@@ -65,8 +67,13 @@ class EpochClock:
 
     # ---------------------------------------------------------------- epoch boundaries
 
-    def begin(self) -> None:
-        """`on_epoch_begin()`: a pass starts; an end held until now was Keras's reset."""
+    def begin(self, keras_workers: int | None = None) -> None:
+        """`on_epoch_begin()`: a pass starts; an end held until now was Keras's reset.
+
+        Args:
+            keras_workers: How many threads Keras 3 asks for the pass's
+                indices from at once (`fit_order.possible_shuffles`).
+        """
         # Keras's `epoch_iterator.reset()` ends the epoch outside a pass once per `fit`: the
         # pass after it is the `fit`'s first (Keras 3.16 draws its order from that count).
         self.fit_pass = 0 if self.held is not None else self.fit_pass + 1
@@ -75,7 +82,10 @@ class EpochClock:
         self.in_pass = True
         self.handed = 0
         self.cut_short = False
-        self.asked, self.asked_early = self.asked_early, []
+        self.asked = [index for index, _ in self.asked_early]
+        self.askers = [asker for _, asker in self.asked_early]
+        self.asked_early = []
+        self.keras_workers = keras_workers
 
     def end(self, length: int) -> int:
         """`on_epoch_end()`: returns how many epochs end now (0 or 1).
@@ -152,7 +162,9 @@ class EpochClock:
         if pending is not None and pending.epoch == self.epoch:
             return pending.positions
         if self.replay is not None:
-            self.replay = self.replay.told(self.asked, self.epoch, length)
+            self.replay = self.replay.told(
+                self.asked, self.epoch, length, self.askers, self.keras_workers
+            )
             positions = self.replay.positions(self.epoch, length)
             if positions is not None:
                 return positions
@@ -167,12 +179,41 @@ class EpochClock:
         if not self.in_pass:
             return None
         if self.told_shuffle is None:
-            self.told_shuffle = fit_order.tell_shuffle(self.asked, self.fit_pass, count, shard)
-            if self.told_shuffle is None:
+            self.told_shuffle = self.read_shuffle(self.fit_pass, count, shard=shard, proven=True)
+        shuffle = self.told_shuffle
+        if shuffle is None:  # not proven yet: read ahead in the order the indices suggest
+            shuffle = self.read_shuffle(self.fit_pass, count, shard=shard)
+            if shuffle is None:
                 return None
-        asks = fit_order.keras_asks(self.fit_pass, count, self.told_shuffle, shard)
-        step = fit_order.step_of(self.fit_pass, count, self.told_shuffle, shard).get(idx)
+        asks = fit_order.keras_asks(self.fit_pass, count, shuffle, shard)
+        step = fit_order.step_of(self.fit_pass, count, shuffle, shard).get(idx)
         return None if step is None else asks[step + 1 :]
+
+    def read_shuffle(
+        self,
+        fit_pass: int,
+        count: int,
+        trained: int = 0,
+        shard: tuple[int, int] = (0, 1),
+        proven: bool = False,
+    ) -> bool | None:
+        """Keras 3.16's `fit(shuffle=...)`, from the indices asked in this pass.
+
+        Args:
+            fit_pass: The pass of the `fit` (from 0).
+            count: Batches the pass asks for.
+            trained: Batches of the pass Keras has trained on.
+            shard: Keras's batch shard (`fit_order.keras_asks`).
+            proven: Only a value the indices prove (`fit_order.prove_shuffle`),
+                else their best reading (`fit_order.tell_shuffle`).
+
+        Returns:
+            `True` or `False`; `None` while unproven (or, read, while they tell nothing).
+        """
+        if len(self.asked) >= ASKED_KEPT:
+            trained = 0  # the first trained ones may be among those not kept
+        tell = fit_order.prove_shuffle if proven else fit_order.tell_shuffle
+        return tell(self.asked, fit_pass, count, shard, self.askers, self.keras_workers, trained)
 
     def note_asked(self, idx: int) -> None:
         """Records an index asked for (the first `ASKED_KEPT` of each pass).
@@ -182,11 +223,13 @@ class EpochClock:
         are the next pass's first: without them, the indices seen in the pass
         can fit the unshuffled order better than the shuffled one.
         """
+        asker = threading.get_ident()
         if self.in_pass:
             if len(self.asked) < ASKED_KEPT:
                 self.asked.append(idx)
+                self.askers.append(asker)
         elif not self.held_here() and len(self.asked_early) < ASKED_KEPT:
-            self.asked_early.append(idx)
+            self.asked_early.append((idx, asker))
 
     def position(self, idx: int, length: int) -> int:
         """The epoch position index `idx` reads; raises `ValueError` past the end, as Keras.

@@ -14,8 +14,12 @@ Two rules, by Keras release:
   `Random(p + 1)`, whatever epoch `fit` starts at (`epoch_seeded_order`). A fit
   resumed at epoch `k` therefore asks in other orders than the uninterrupted
   run that started at epoch `o`; `EpochSeededReplay` maps each index it asks for
-  to the batch the uninterrupted run trained at that step, and `tell_shuffle`
-  tells `fit(shuffle=...)` from the indices asked.
+  to the batch the uninterrupted run trained at that step. `prove_shuffle`
+  tells `fit(shuffle=...)` from the indices asked, by which thread and what
+  Keras trained: with `workers > 1` (line 226) the enqueuer hands the pass's
+  indices in order to a pool of `workers` threads (line 715), one thread asks
+  in order without it, and only one of the two orders can fit. Until then,
+  `tell_shuffle` reads the order the indices follow more closely.
 
 For Keras 3.8 to 3.15: Keras's `PyDataset` adapter (and its worker queue) asks for an epoch's batch
 indices in the order `random.shuffle(list(range(num_batches)))` leaves them,
@@ -35,8 +39,10 @@ order cannot be replayed and `FitOrder` says so with a warning.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
+import itertools
 import random
 import warnings
 from collections.abc import Sequence
@@ -170,13 +176,16 @@ class EpochSeededReplay:
     Attributes:
         origin: The epoch the uninterrupted run's `fit` started at (its pass 0).
         start: The epoch this `fit` started at.
-        shuffle: `fit(shuffle=...)`; `None` until the first indices asked tell
-            (`tell_shuffle`; Keras's default, `True`, is assumed meanwhile).
+        shuffle: `fit(shuffle=...)`; `None` until the indices asked prove it
+            (`prove_shuffle`).
+        reading: Meanwhile, what the indices asked suggest (`tell_shuffle`);
+            Keras's default, `True`, while they suggest nothing.
     """
 
     origin: int
     start: int
     shuffle: bool | None = True
+    reading: bool | None = None
 
     def positions(self, epoch: int, batches: int, done: int = 0) -> tuple[int, ...] | None:
         """For each index asked in `epoch`, the position the uninterrupted run read at its step.
@@ -190,18 +199,33 @@ class EpochSeededReplay:
             The positions, one per index asked; `None` where they are the
             indices themselves (this `fit` is the uninterrupted run).
         """
-        if epoch < self.start or self.shuffle is False:
+        shuffle = self.reading if self.shuffle is None else self.shuffle
+        if epoch < self.start or shuffle is False:
             return None
         if self.origin == self.start and not done:
             return None
         return _replayed(self.origin, self.start, epoch, batches, done)
 
-    def told(self, asked: Sequence[int], epoch: int, batches: int) -> EpochSeededReplay:
-        """Itself, with `shuffle` told from the indices `asked` in `epoch` if not known yet."""
+    def told(
+        self,
+        asked: Sequence[int],
+        epoch: int,
+        batches: int,
+        askers: Sequence[int] | None = None,
+        workers: int | None = None,
+    ) -> EpochSeededReplay:
+        """Itself, with `shuffle` once the indices `asked` in `epoch` prove it, else read.
+
+        `askers` and `workers` as for `possible_shuffles`.
+        """
         if self.shuffle is not None or epoch < self.start:
             return self
-        shuffle = tell_shuffle(asked, epoch - self.start, batches)
-        return self if shuffle is None else dataclasses.replace(self, shuffle=shuffle)
+        fit_pass = epoch - self.start
+        proven = prove_shuffle(asked, fit_pass, batches, askers=askers, workers=workers)
+        if proven is not None:
+            return dataclasses.replace(self, shuffle=proven)
+        reading = tell_shuffle(asked, fit_pass, batches, askers=askers, workers=workers)
+        return dataclasses.replace(self, reading=reading)
 
 
 @functools.lru_cache(maxsize=16)
@@ -241,31 +265,125 @@ def step_of(
     return {index: step for step, index in enumerate(keras_asks(fit_pass, count, shuffle, shard))}
 
 
-def tell_shuffle(
-    asked: Sequence[int], fit_pass: int, count: int, shard: tuple[int, int] = (0, 1)
-) -> bool | None:
-    """`fit(shuffle=...)` told from the first indices Keras 3.16 asked for in a pass.
+def keras_askers(workers: int, use_multiprocessing: bool) -> int:
+    """How many threads Keras 3.16 asks a `PyDataset` from at once, given its settings.
 
-    Keras's worker threads may ask a little out of order: each candidate
-    order is scored, for every first `k` indices asked, by how far past its
-    own first `k` it had to reach; the lower total wins.
+    Its enqueuer (`workers > 1`, or worker processes: `py_dataset_adapter.py`
+    line 226) hands the indices to `workers` threads; without it, one asks.
+    """
+    return workers if workers > 1 or (workers > 0 and use_multiprocessing) else 1
+
+
+def possible_shuffles(
+    asked: Sequence[int],
+    fit_pass: int,
+    count: int,
+    shard: tuple[int, int] = (0, 1),
+    askers: Sequence[int] | None = None,
+    workers: int | None = None,
+    trained: int = 0,
+) -> list[bool]:
+    """The values of `fit(shuffle=...)` whose order Keras 3.16 could have asked in as `asked` was.
+
+    Keras hands a pass's indices, in its order, to a queue that `workers`
+    threads take them from one at a time (one thread, in order, without
+    its enqueuer). So, in the true order: each thread asks in increasing
+    steps; when one asks step `s`, every earlier step has been taken, and
+    those not asked yet are held by the other threads (at most
+    `workers - 1`); and once Keras trained `trained` batches of the pass,
+    the order's first `trained` indices were asked.
 
     Args:
         asked: The indices asked for so far in the pass, in arrival order.
         fit_pass: The pass of the `fit` (from 0).
         count: Batches the pass asks for.
         shard: Keras's batch shard (see `keras_asks`).
+        askers: The thread that asked each index (`None`: each its own).
+        workers: How many threads Keras asks from at once (`None`: unknown).
+        trained: Batches of the pass Keras has trained on, when `asked`
+            holds every index asked so far (else 0).
+
+    Returns:
+        `False` (in order), `True` (shuffled), both or neither.
+    """
+    threads = range(len(asked)) if askers is None else askers
+    possible = []
+    for shuffle in (False, True):
+        order = keras_asks(fit_pass, count, shuffle, shard)
+        steps = step_of(fit_pass, count, shuffle, shard)
+        if _could_ask(asked, threads, steps, workers) and set(order[:trained]) <= set(asked):
+            possible.append(shuffle)
+    return possible
+
+
+def _could_ask(
+    asked: Sequence[int], askers: Sequence[int], steps: dict[int, int], workers: int | None
+) -> bool:
+    """Whether threads taking an order's indices from a queue could ask as `asked` was."""
+    done: list[int] = []  # the steps asked so far, sorted
+    last: dict[int, int] = {}
+    for index, asker in zip(asked, askers):
+        step = steps.get(index)
+        if step is None or step <= last.get(asker, -1):
+            return False
+        if workers is not None and step - bisect.bisect_left(done, step) > workers - 1:
+            return False
+        bisect.insort(done, step)
+        last[asker] = step
+    return True
+
+
+def tell_shuffle(
+    asked: Sequence[int],
+    fit_pass: int,
+    count: int,
+    shard: tuple[int, int] = (0, 1),
+    askers: Sequence[int] | None = None,
+    workers: int | None = None,
+    trained: int = 0,
+) -> bool | None:
+    """`fit(shuffle=...)` read from the first indices Keras 3.16 asked for in a pass.
+
+    The only value whose order could have been asked so (`possible_shuffles`,
+    same arguments); while both could, the one whose order the indices
+    follow more closely: each order is scored, for every first `k` indices
+    asked, by how far past its own first `k` it had to reach, and the lower
+    total wins. Under load, that reading can be wrong (a worker thread
+    that stalls lets later indices arrive first); `prove_shuffle` says
+    when it cannot be.
 
     Returns:
         `True` or `False`; `None` while the indices fit both orders equally.
     """
     if not asked or count < 2:
         return None
+    possible = possible_shuffles(asked, fit_pass, count, shard, askers, workers, trained)
+    if len(possible) == 1:
+        return possible[0]
     reach = []
     for shuffle in (False, True):
         steps_of = step_of(fit_pass, count, shuffle, shard)
-        steps = [steps_of.get(index, count) for index in asked]
-        reach.append(sum(max(steps[:k]) + 1 - k for k in range(1, len(steps) + 1)))
+        farthest = list(itertools.accumulate((steps_of.get(i, count) for i in asked), max))
+        reach.append(sum(far + 1 - k for k, far in enumerate(farthest, 1)))
     if reach[0] == reach[1]:
         return None
     return reach[1] < reach[0]
+
+
+def prove_shuffle(
+    asked: Sequence[int],
+    fit_pass: int,
+    count: int,
+    shard: tuple[int, int] = (0, 1),
+    askers: Sequence[int] | None = None,
+    workers: int | None = None,
+    trained: int = 0,
+) -> bool | None:
+    """`fit(shuffle=...)` when only one of its orders could have been asked as `asked` was.
+
+    Same arguments as `possible_shuffles`; `None` while both could (or neither).
+    """
+    if count < 2:
+        return None
+    possible = possible_shuffles(asked, fit_pass, count, shard, askers, workers, trained)
+    return possible[0] if len(possible) == 1 else None

@@ -170,7 +170,13 @@ class SchedulingMixin:
             self._clock.replay = replay
             self._prefetcher.clear()
 
-    def _asked_in_pass(self) -> list[int]:
-        """The first indices Keras asked for in the pass under way (see `EpochClock.asked`)."""
+    def _read_shuffle(self, fit_pass: int, count: int, trained: int, proven: bool) -> bool | None:
+        """Keras 3.16's `fit(shuffle=...)`, from the pass under way (`EpochClock.read_shuffle`).
+
+        Outside a pass (read through `to_tf_dataset()`, Keras orders nothing), proven
+        `False`; read, `None`.
+        """
         with self.lock:
-            return list(self._clock.asked)
+            if not self._clock.in_pass:
+                return False if proven else None
+            return self._clock.read_shuffle(fit_pass, count, trained, proven=proven)
