@@ -129,7 +129,7 @@ test-nightly:
 	PYTHON=$(PYTHON) bash .ci/test-nightly $(XDIST) $(NIGHTLY_TESTS)
 
 test-keras2: $(STAMP)
-	PYTHON=$(PYTHON) KERAS2_LEGACY_ARGS="$(KERAS2_LEGACY_TESTS)" bash .ci/test-keras2 $(KERAS2_TESTS)
+	PYTHON=$(PYTHON) KERAS2_LEGACY_ARGS="$(XDIST) $(KERAS2_LEGACY_TESTS)" bash .ci/test-keras2 $(XDIST) $(KERAS2_TESTS)
 
 clean:
 	rm -rf .lint.log .lint.rc $(VENV) .venv-oldest .venv-oldest.lock .venv-oldest.prepare.log .venv-keras2 .venv-keras2.lock .venv-keras2.prepare.log .pytest_cache .ruff_cache .mypy_cache site
