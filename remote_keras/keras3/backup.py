@@ -243,45 +243,28 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         train = self._iterators["train"]
         return len(train) if train is not None else 0
 
-    def _fit_shuffle(self) -> bool:
-        """`fit(shuffle=...)`: as proven, else as the pass's indices read (else Keras's default)."""
-        assert self._order is not None  # noqa: S101 - backups come after an epoch began
-        shuffle, train = self._order.shuffle, self._iterators["train"]
-        if shuffle is None and _SEEDS_EPOCHS and train is not None:
-            fit_pass, trained = self._epoch - self._fit_start, self._done - self._offset
-            shuffle = train._read_shuffle(fit_pass, train.num_batches, trained, False)
-        return shuffle is not False
-
     def _data_state(self, epoch: int, done: int, validated: bool) -> dict[str, Any]:
         train, validation = self._iterators["train"], self._iterators["validation"]
         assert self._order is not None  # noqa: S101 - backups come after an epoch began
         validation_state = None
         if validation is not None:
             passes = validation._current_epoch()
-            if not validated and self._validates(epoch - 1):
+            if not validated and _validates(self._validated, epoch - 1):
                 passes += 1  # the pass Keras runs before the epoch ends, skipped on resume
             validation_state = validation.state_dict(epoch=passes)
         return {
             "format": STATE_FORMAT,
             "epoch": epoch,
             "batch": done,
-            "fit_shuffle": self._fit_shuffle(),
+            "fit_shuffle": _recorded_shuffle(
+                self._order, train, self._epoch - self._fit_start, self._done - self._offset
+            ),
             "order_origin": self._origin,
             "python_random": json_random_state(self._order.state(epoch, self._batches())),
             "train": None if train is None else train.state_dict(epoch=epoch, batch=done),
             "validation": validation_state,
             "datasets": _datasets_state(self._passes, mid_epoch=epoch == self._epoch),
         }
-
-    def _validates(self, epoch: int) -> bool:
-        """Whether `fit` validates after `epoch`, from the epochs it validated after so far.
-
-        `fit(validation_freq=k)` validates first after epoch `k - 1`; with no
-        validation seen yet, after every epoch (Keras's default).
-        """
-        if not self._validated:
-            return True
-        return (epoch + 1) % (min(self._validated) + 1) == 0
 
     def _find_saved(self) -> None:
         """Restores the backed-up iterators found (given, or open and reading the same data)."""
@@ -315,6 +298,28 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._epoch, self._offset, self._done = epoch, done, done
         self._last_batch_seen = done - 1 if done else 0  # Keras counts batches from here
         self._set_random_at = epoch + 1 if done and saved["fit_shuffle"] else None
+
+
+def _validates(validated: set[int], epoch: int) -> bool:
+    """Whether `fit` validates after `epoch`, given the epochs it `validated` after so far.
+
+    `fit(validation_freq=k)` validates first after epoch `k - 1`; with no
+    validation seen yet, after every epoch (Keras's default).
+    """
+    if not validated:
+        return True
+    return (epoch + 1) % (min(validated) + 1) == 0
+
+
+def _recorded_shuffle(order: FitOrder, train: Any, fit_pass: int, trained: int) -> bool:
+    """`fit(shuffle=...)` for a backup: as proven, else as the pass's indices read, else `True`.
+
+    `trained`: batches of pass `fit_pass` trained so far.
+    """
+    shuffle = order.shuffle
+    if shuffle is None and _SEEDS_EPOCHS and train is not None:
+        shuffle = train._read_shuffle(fit_pass, train.num_batches, trained, False)
+    return shuffle is not False
 
 
 def _move_to(iterators: dict[str, Any], epoch: int) -> None:
