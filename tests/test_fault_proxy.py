@@ -7,10 +7,14 @@ retries then get through.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import http.client
 import json
+import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -482,3 +486,29 @@ def test_proxy_process_with_faults(s3_server, prefix):
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(bad)
         assert caught.value.code == 400
+
+
+@pytest.mark.slow
+def test_a_burst_of_connections_while_the_proxy_is_starved_waits_for_no_resent_syn(s3_server):
+    # A loader's 128 request threads reconnect at once after an outage, maybe while the proxy's
+    # loop waits for the GIL. The kernel must queue them all: a SYN it drops is resent 1 s later,
+    # then 3, 7, 15 s (a 10 s outage once took 26 s to recover from on CI).
+    with CountingProxy(s3_server.port) as proxy:
+
+        async def starve() -> None:
+            time.sleep(2)  # the loop runs nothing, as when another thread holds the GIL
+
+        asyncio.run_coroutine_threadsafe(starve(), proxy._loop)
+        waits: list[float] = []
+
+        def connect() -> None:
+            started = time.monotonic()
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=30):
+                waits.append(time.monotonic() - started)
+
+        threads = [threading.Thread(target=connect) for _ in range(200)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(waits) == 200 and max(waits) < 0.9, f"slowest connect {max(waits):.1f} s"

@@ -144,7 +144,7 @@ class TrackingHTTPServer(ThreadingHTTPServer):
     """A threading HTTP server that knows its open connections, to drop them on stop."""
 
     daemon_threads = True
-    request_queue_size = 128
+    request_queue_size = 1024  # a loader's 128 threads may connect at once (see proxy.py)
 
     def __init__(self, address: tuple[str, int], handler: Callable[..., Any]) -> None:
         self._connections: set[socket.socket] = set()

@@ -66,6 +66,11 @@ FAULTS_PATH = "/__proxy__/faults"
 OUTAGE_PATH = "/__proxy__/outage"
 
 # Faults that make a request fail; and those that corrupt its answer without failing it.
+# Connections the kernel queues for `accept`. asyncio's default, 100, is less than a loader's
+# 128 request threads: when they all reconnect at once after an outage while this loop is
+# starved of the GIL, the kernel drops the SYNs past the queue and clients resend them after 1,
+# 3, 7, 15 s... (CI once saw 26 s to recover from a 10 s outage on lakeFS). Stores queue more.
+LISTEN_BACKLOG = 1024
 FAULT_KINDS = ("503", "500", "429", "reset-before", "reset-mid-body", "truncate", "stall")
 CORRUPTION_KINDS = ("flip",)
 # kind -> (reason phrase, S3 error code, message)
@@ -260,7 +265,9 @@ class CountingProxy(LocalServer):
         return self
 
     async def _start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        self._server = await asyncio.start_server(
+            self._handle, "127.0.0.1", self.port, backlog=LISTEN_BACKLOG
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _go_down(self, seconds: float, keep: asyncio.StreamWriter | None = None) -> None:
