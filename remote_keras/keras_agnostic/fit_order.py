@@ -221,11 +221,10 @@ class EpochSeededReplay:
         if self.shuffle is not None or epoch < self.start:
             return self
         fit_pass = epoch - self.start
-        proven = prove_shuffle(asked, fit_pass, batches, askers=askers, workers=workers)
-        if proven is not None:
-            return dataclasses.replace(self, shuffle=proven)
-        reading = tell_shuffle(asked, fit_pass, batches, askers=askers, workers=workers)
-        return dataclasses.replace(self, reading=reading)
+        possible = possible_shuffles(asked, fit_pass, batches, askers=askers, workers=workers)
+        if len(possible) == 1:
+            return dataclasses.replace(self, shuffle=possible[0])
+        return dataclasses.replace(self, reading=_closer_order(asked, fit_pass, batches))
 
 
 @functools.lru_cache(maxsize=16)
@@ -307,11 +306,12 @@ def possible_shuffles(
         `False` (in order), `True` (shuffled), both or neither.
     """
     threads = range(len(asked)) if askers is None else askers
+    seen = set(asked)
     possible = []
     for shuffle in (False, True):
         order = keras_asks(fit_pass, count, shuffle, shard)
         steps = step_of(fit_pass, count, shuffle, shard)
-        if _could_ask(asked, threads, steps, workers) and set(order[:trained]) <= set(asked):
+        if _could_ask(asked, threads, steps, workers) and seen.issuperset(order[:trained]):
             possible.append(shuffle)
     return possible
 
@@ -360,6 +360,15 @@ def tell_shuffle(
     possible = possible_shuffles(asked, fit_pass, count, shard, askers, workers, trained)
     if len(possible) == 1:
         return possible[0]
+    return _closer_order(asked, fit_pass, count, shard)
+
+
+def _closer_order(
+    asked: Sequence[int], fit_pass: int, count: int, shard: tuple[int, int] = (0, 1)
+) -> bool | None:
+    """`tell_shuffle`'s reading of which order `asked` follows more closely (`None`: a tie)."""
+    if not asked or count < 2:
+        return None
     reach = []
     for shuffle in (False, True):
         steps_of = step_of(fit_pass, count, shuffle, shard)
