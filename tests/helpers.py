@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import io
 import os
 import subprocess
@@ -16,8 +17,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from fsspec.exceptions import FSTimeoutError
 from PIL import Image
+
+# Keras's PyTorch backend: not a dev dependency (pip's `torch` is a CUDA build of GBs). .ci/run
+# installs the CPU build into .venv and `make test` sets RK_REQUIRE_TORCH there in CI, so the
+# main suite fails rather than skips without it; the oldest-pair and nightly venvs lack it.
+needs_torch = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None and not os.environ.get("RK_REQUIRE_TORCH"),
+    reason="PyTorch is not installed (not a dev dependency: `pip install torch` to test "
+    "Keras's torch backend; CI installs it)",
+)
+# Keras's JAX backend: a dev dependency; the oldest-pair venv (Keras 3.8) has no JAX.
+needs_jax = pytest.mark.skipif(
+    importlib.util.find_spec("jax") is None,
+    reason="JAX is not installed in this venv (the oldest pair's has none)",
+)
 
 # Every augmentation Keras's ImageDataGenerator offers, at values that change pixels.
 AUGMENT = dict(

@@ -127,6 +127,7 @@ def main() -> None:
     parser.add_argument("--kill-step")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--multiprocessing", action="store_true")
+    parser.add_argument("--no-fit-shuffle", action="store_true")
     args = parser.parse_args()
 
     keras.utils.set_random_seed(0)
@@ -155,7 +156,9 @@ def main() -> None:
     if args.kill:
         epoch, batch = map(int, args.kill.split(":"))
         callbacks.append(StopAt(epoch, batch, sigkill))
-    model.fit(it, epochs=args.epochs, callbacks=callbacks, verbose=0)
+    model.fit(
+        it, epochs=args.epochs, callbacks=callbacks, verbose=0, shuffle=not args.no_fit_shuffle
+    )
     if args.weights:
         np.savez(args.weights, *model.get_weights())
     it.close()

@@ -136,6 +136,8 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
             position = clock.position(idx, length)
             self.total_batches_seen += 1
             clock.handed += clock.in_pass
+            if clock.handed == 2:  # the pass goes on: its first reads are not carried
+                self.engine.fetcher.carried.stop_recording()
             kept = clock.take((epoch, position))
             if kept is None:
                 previous, self._last_requested = self._last_requested, idx
@@ -178,6 +180,7 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
         askers = fit_order.keras_askers(self.workers, self.use_multiprocessing)
         with self.lock:
             self._clock.begin(askers)
+            self.engine.fetcher.carried.record()
         if self.shard.count > 1 and self._keras_on_tensorflow() and sharding.in_tf_multi_worker():
             raise ValueError(
                 f"This iterator reads shard {self.shard.index} of {self.shard.count} "
@@ -201,7 +204,8 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
         self._ensure_process()
         with self.lock:
             ended = self._clock.end(self._length())
-            if ended:
+            if ended:  # a pass that handed out only its first batch carries its reads
+                self.engine.fetcher.carried.end_pass(self._clock.handed == 1)
                 self._end_epochs(ended)
             elif self.options.on_error == "skip":  # held: a loop of one's own still hears now
                 self.engine.skips.warn_summary(self._skips_listed_before())

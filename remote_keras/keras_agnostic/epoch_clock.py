@@ -22,6 +22,7 @@ clock is `remote_keras.keras2.call_order.Keras2Clock`.
 from __future__ import annotations
 
 import os
+import random
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -58,6 +59,8 @@ class EpochClock:
         # first indices, when Keras's workers start reading before `on_epoch_begin()`.
         self.asked_early: list[tuple[int, int]] = []
         self.keras_workers: int | None = None  # threads Keras 3 asks from at once, this pass
+        # Keras 3.8-3.15 asking from one thread: the order `fit(shuffle=True)` is about to draw.
+        self.prediction: PredictedOrder | None = None
         self.fit_pass = 0  # passes begun since Keras's reset began a `fit` (or `evaluate`)
         self.told_shuffle: bool | None = None  # Keras 3.16's `fit(shuffle=...)`, this pass
         self.resume_counted = True  # whether `num_batches` counts only what `resume` has left
@@ -86,6 +89,7 @@ class EpochClock:
         self.askers = [asker for _, asker in self.asked_early]
         self.asked_early = []
         self.keras_workers = keras_workers
+        self.prediction = None
 
     def end(self, length: int) -> int:
         """`on_epoch_end()`: returns how many epochs end now (0 or 1).
@@ -225,6 +229,8 @@ class EpochClock:
         """
         asker = threading.get_ident()
         if self.in_pass:
+            if self.prediction is not None:
+                self.prediction.follow(idx)
             if len(self.asked) < ASKED_KEPT:
                 self.asked.append(idx)
                 self.askers.append(asker)
@@ -272,3 +278,37 @@ class EpochClock:
         self.kept[key] = batch
         while len(self.kept) > self.keep_limit:
             del self.kept[next(iter(self.kept))]
+
+
+class PredictedOrder:
+    """The indices a pass of Keras 3.8-3.15 will ask for, checked as it asks.
+
+    Keras draws the pass's order from Python's global `random` after
+    `on_epoch_begin()` (`fit_order`): made then, the prediction is what
+    `random.shuffle(list(range(count)))` would draw (nothing is drawn).
+
+    Args:
+        count: The indices of the pass.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.order: Sequence[int] | None = fit_order.shuffled(count, random.getstate())[0]
+        self.matched = 0  # asks that followed it
+
+    def follow(self, idx: int) -> None:
+        """Notes an ask: one that does not follow the order ends the prediction for good."""
+        order = self.order
+        if order is not None and not (self.matched < len(order) and order[self.matched] == idx):
+            self.order = None
+        self.matched += 1
+
+    def after(self, idx: int) -> Sequence[int] | None:
+        """The indices asked for after `idx`, once two asks followed the order; else `None`.
+
+        `None` for good once an ask did not follow it (an unshuffled `fit`,
+        or something else drew from Python's `random` first).
+        """
+        order, matched = self.order, self.matched
+        if order is None or matched < 2 or order[matched - 1] != idx:
+            return None
+        return order[matched:]

@@ -131,8 +131,10 @@ class SchedulingMixin:
         """The batches to build ahead after index `idx`: those Keras asks for next.
 
         In a pass of Keras 3.16, what its order rule says it asks for next
-        (once the pass told `fit(shuffle=...)`); otherwise the next indices
-        if the last two asked were in order.
+        (once the pass told `fit(shuffle=...)`); in a pass of Keras 3.8 to
+        3.15 asked from one thread, the order predicted from Python's
+        `random` once two asks followed it; otherwise the next indices if the
+        last two asked were in order (outside a pass, after any first one).
         """
         # With `use_multiprocessing`, Keras's worker processes build the epoch's batches: one
         # built ahead here, or in one of them, would mostly be read again by another.
@@ -146,6 +148,16 @@ class SchedulingMixin:
                 upcoming = self._clock.upcoming(idx, self._clock.batches(length), shard)
             if in_pass:  # outside a pass (a loop of one's own), the next indices, below
                 return [] if upcoming is None else [(epoch, order[i]) for i in upcoming[:depth]]
+        with self.lock:
+            in_pass = self._clock.in_pass
+            prediction = self._clock.prediction
+            predicted = None if prediction is None else prediction.after(idx)
+        if predicted is not None:  # Keras 3.8-3.15 asking from one thread, as predicted
+            return [(epoch, order[i]) for i in predicted[:depth]]
+        if previous is None and in_pass:
+            # A pass's first index tells no order, and Keras's JAX and PyTorch trainers build
+            # a model from one batch of a pass they abandon: nothing is read ahead for it.
+            return []
         if previous is not None and not 0 < idx - previous <= max(2, self.workers):
             return []
         return [(epoch, i) for i in order[idx + 1 : idx + 1 + depth]]

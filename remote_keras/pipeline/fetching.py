@@ -18,6 +18,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from remote_keras import errors
+from remote_keras.pipeline.carried import CarriedReads
 from remote_keras.pipeline.stats import StatsRecorder
 from remote_keras.storage import integrity, locations
 from remote_keras.storage.cache import DiskCache
@@ -41,6 +42,10 @@ class Fetcher:
         verify_checksums: Check bodies against the checksum the store sent
             with them, where the loader returns it (`CheckedLoader`,
             `CheckedBatchLoader`).
+
+    Attributes:
+        carried: Bytes a pass cut short at its first batch read, which the
+            next pass takes instead of reading them again (`CarriedReads`).
     """
 
     def __init__(
@@ -56,6 +61,7 @@ class Fetcher:
         self.cache = cache
         self.stats = stats
         self.verify_checksums = verify_checksums
+        self.carried = CarriedReads()
 
     def fetch(
         self, paths: Sequence[str], executor: Executor, stop: threading.Event | None = None
@@ -71,11 +77,16 @@ class Fetcher:
             One entry per path, in order.
         """
         start = time.perf_counter()
-        results: list[Any] = [None] * len(paths)
+        results: list[Any] = [self.carried.take(path) for path in paths]
+        carried = sum(data is not None for data in results)
+        self.stats.add(carried=carried)
         if self.cache is not None:
-            found = [self.cache.lookup(path) for path in paths]  # damaged entries are dropped
-            results = [data for data, _ in found]
-            hits, healed = sum(r is not None for r in results), sum(d for _, d in found)
+            healed = 0
+            for i, path in enumerate(paths):
+                if results[i] is None:
+                    results[i], damaged = self.cache.lookup(path)  # a damaged entry is dropped
+                    healed += damaged
+            hits = sum(data is not None for data in results) - carried
             self.stats.add(cache_hits=hits, cache_healed=healed)
         missing = [i for i, data in enumerate(results) if data is None]
         if missing:
@@ -88,8 +99,10 @@ class Fetcher:
             for i, data in zip(missing, rounds.finish(fetched)):
                 if isinstance(data, BaseException):
                     data = errors.sanitize(data)
-                elif self.cache is not None and isinstance(data, _BYTES):
-                    self.cache.put(paths[i], data)  # never raises: an unwritable cache warns once
+                else:
+                    self.carried.put(paths[i], data)
+                    if self.cache is not None and isinstance(data, _BYTES):
+                        self.cache.put(paths[i], data)  # never raises: warns once if unwritable
                 results[i] = data
         read = sum(len(r) for r in results if isinstance(r, _BYTES))
         self.stats.add(fetch_s=time.perf_counter() - start, bytes=read)

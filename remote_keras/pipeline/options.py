@@ -41,8 +41,12 @@ class LoaderOptions:
         storage_options: Passed to fsspec (credentials, `endpoint_url`, ...);
             never shown in reprs or errors. `None`: none.
         workers: Threads (or processes) Keras's `fit` uses to request
-            batches; each builds a different batch. Defaults to 4.
-        use_multiprocessing: Passed to `keras.utils.PyDataset`.
+            batches; each builds a different batch. Defaults to 4. On Keras
+            3's JAX and PyTorch backends Keras asks from its own thread
+            (its worker queue would hand one pass's batches to the next)
+            and the iterator reads `prefetch_batches` ahead itself.
+        use_multiprocessing: Passed to `keras.utils.PyDataset` (TensorFlow
+            only, as `workers`).
         max_queue_size: Passed to `keras.utils.PyDataset`. Defaults to 10.
         prefetch_batches: Batches built ahead when they are asked for in
             order. Defaults to 4.

@@ -27,6 +27,10 @@ class LoaderStats:
         requests: Read attempts sent to the loader, retries included.
         retries: Of those, retries of transient failures.
         cache_hits: Files served by the disk cache.
+        carried: Files a pass cut short at its first batch had read, handed
+            to the next pass instead of a second read (Keras's JAX and
+            PyTorch trainers build a model from such a pass; see
+            `remote_keras.pipeline.carried`).
         cache_healed: Damaged disk cache entries (checksum or length wrong,
             truncated, empty) dropped and read again from storage.
         verified: Reads from storage whose bytes matched the checksum the
@@ -61,6 +65,7 @@ class LoaderStats:
     requests: int = 0
     retries: int = 0
     cache_hits: int = 0
+    carried: int = 0
     cache_healed: int = 0
     verified: int = 0
     checksum_mismatches: int = 0

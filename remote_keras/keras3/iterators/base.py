@@ -5,12 +5,14 @@ See the package docstring (`remote_keras.keras3.iterators`) for what changes fro
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 
 from remote_keras.keras3.keras_src import legacy_image
 from remote_keras.keras_agnostic import fit_order
 from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
-from remote_keras.keras_agnostic.epoch_clock import KEPT_BATCHES
+from remote_keras.keras_agnostic.epoch_clock import KEPT_BATCHES, PredictedOrder
 from remote_keras.pipeline import sharding
 
 # Keras 3.16 draws `fit(shuffle=True)`'s orders from `Random(pass)` and shards batches itself.
@@ -23,17 +25,61 @@ class RemoteBatchMixin(RemoteBatchCore, legacy_image.Iterator):
     Mixed into `DataFrameIterator` and `DirectoryIterator` ahead of Keras's
     classes; it replaces `__getitem__`, `__next__`, `on_epoch_end` and
     `_get_batches_of_transformed_samples` (`remote_keras.keras_agnostic.batch_core`).
+
+    On the JAX and PyTorch backends Keras reads the iterator from its own
+    thread (`workers` and `use_multiprocessing` read as 1 and `False` there):
+    Keras's worker queue (`OrderedEnqueuer`) keeps the batches its workers
+    read for a pass that `fit` abandons (the trainers of these backends
+    build the model from a pass's first batch) and hands them to the next
+    pass, so each epoch would train some batches of the previous one (about
+    14% of the images twice and as many never, measured with Keras's own
+    iterator too). The iterator reads ahead itself instead (`prefetch_batches`).
     """
+
+    @property
+    def workers(self) -> int:
+        """Threads Keras asks for batches from (`PyDataset.workers`; 1 off TensorFlow)."""
+        return self._workers if self._keras_on_tensorflow() else 1
+
+    @workers.setter
+    def workers(self, value: int) -> None:
+        self._workers = value
+
+    @property
+    def use_multiprocessing(self) -> bool:
+        """Whether Keras asks from worker processes (`PyDataset`'s; `False` off TensorFlow)."""
+        return self._use_multiprocessing and self._keras_on_tensorflow()
+
+    @use_multiprocessing.setter
+    def use_multiprocessing(self, value: bool) -> None:
+        self._use_multiprocessing = value
 
     def _keras_on_tensorflow(self) -> bool:
         return keras.backend.backend() == "tensorflow"
 
     def _finish_init(self) -> None:
         super()._finish_init()
+        if self.options.use_multiprocessing and not self._keras_on_tensorflow():
+            warnings.warn(
+                f"use_multiprocessing=True is not used on Keras's {keras.backend.backend()} "
+                "backend: Keras's worker queue hands batches read for one pass to the next "
+                "there (some images trained twice in an epoch, others never). Keras reads "
+                "from its own thread and the iterator reads ahead in its own threads.",
+                stacklevel=3,
+            )
         if _SEEDS_EPOCHS and self.workers > 1:
             # Keras 3.16's JAX `fit` builds its state from a batch of a queue its worker
             # threads fill before the first pass (and then drop): the pass reads them again.
             self._clock.keep_limit = KEPT_BATCHES + self.workers
+
+    def on_epoch_begin(self) -> None:
+        """Called by Keras before each pass (see `RemoteBatchCore.on_epoch_begin`)."""
+        super().on_epoch_begin()
+        if not _SEEDS_EPOCHS and self.workers == 1 and not self.use_multiprocessing:
+            # Keras 3.8-3.15 draw the pass's order from Python's `random` after this call.
+            with self.lock:
+                count = self._clock.batches(self._length())
+                self._clock.prediction = PredictedOrder(count)
 
     def _keras_seeds_epochs(self) -> bool:
         return _SEEDS_EPOCHS

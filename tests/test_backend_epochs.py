@@ -1,0 +1,176 @@
+"""What `fit` trains in each epoch, on Keras 3's TensorFlow, JAX and PyTorch backends.
+
+Each backend runs in a fresh interpreter (Keras fixes its backend at import). There,
+`fit` with the iterator's defaults, no warm-up, reads unique random-pixel images from
+the session's S3 server through the counting proxy, and a pass-through layer hashes each
+row where the model receives it (eager, from `on_train_begin` on, so Keras's build step
+is not counted). The assertions are made here:
+
+- each epoch trains each image exactly once, with and without `rk.BackupAndRestore`,
+  with `use_multiprocessing=True` and with `fit(shuffle=False)`;
+- one GET per image per epoch, counted by the proxy (Keras's JAX and PyTorch trainers
+  build the model from a batch of a pass they abandon: its reads are carried over);
+- unshuffled (the iterator's `shuffle` and `fit`'s), the batches of every step equal
+  stock Keras's on the local copy (stock is exact there with its default of one worker).
+
+Stock Keras's own iterator given `workers=4` trains some images twice on JAX and PyTorch
+(its worker queue hands a pass's leftover batches to the next): the test of that is
+`test_stock_keras_with_workers_loses_images_on_jax`, which documents the upstream fact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.helpers import needs_jax, needs_torch, put_folder
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IMAGES, BATCH, EPOCHS = 26, 4, 3
+BACKENDS = [
+    "tensorflow",
+    pytest.param("jax", marks=needs_jax),
+    pytest.param("torch", marks=needs_torch),
+]
+
+SCRIPT = textwrap.dedent(
+    """
+    import hashlib, json, os, random, sys, tempfile, urllib.request, warnings
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    import keras, numpy as np
+    from keras.src.legacy.preprocessing import image as keras_image  # stock Keras
+    import remote_keras as rk
+
+    spec = json.loads(sys.argv[1])
+    endpoint = spec["options"]["client_kwargs"]["endpoint_url"]
+    FLOW = dict(target_size=(8, 8), batch_size=spec["batch"], seed=3)
+
+    def gets():
+        with urllib.request.urlopen(endpoint + "/__proxy__/counts?reset=1") as answer:
+            return json.load(answer).get("GET", 0)
+
+    def digest(row):
+        return hashlib.sha1(np.ascontiguousarray(row).tobytes()).hexdigest()[:12]
+
+    class Tap(keras.layers.Layer):
+        # Hashes the rows the model trains on, once `Arm` says training began.
+        armed = False
+        steps = []
+
+        def call(self, inputs, training=None):
+            if Tap.armed and training:
+                Tap.steps.append([digest(r) for r in keras.ops.convert_to_numpy(inputs)])
+            return inputs
+
+    class Arm(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            Tap.armed, Tap.steps = True, []
+
+    def train(iterator, shuffle=True, callbacks=()):
+        random.seed(0)
+        np.random.seed(0)
+        model = keras.Sequential([
+            keras.Input((8, 8, 3)), Tap(), keras.layers.Flatten(),
+            keras.layers.Dense(2, activation="softmax"),
+        ])
+        model.compile("sgd", "categorical_crossentropy", run_eagerly=True)
+        Tap.armed = False
+        model.fit(iterator, epochs=spec["epochs"], shuffle=shuffle, verbose=0,
+                  callbacks=[Arm(), *callbacks])
+        Tap.armed = False
+        return Tap.steps
+
+    report = {"backend": keras.backend.backend()}
+    stock_iterator = keras_image.ImageDataGenerator().flow_from_directory(
+        spec["local"], shuffle=False, **FLOW
+    )
+    report["stock_unshuffled"] = train(stock_iterator, shuffle=False)
+    generator = rk.ImageDataGenerator(storage_options=spec["options"])
+    variants = {
+        "defaults": ({}, {}),
+        "backup": ({}, {"callbacks": [rk.BackupAndRestore(tempfile.mkdtemp(), save_freq=2)]}),
+        "processes": ({"workers": 2, "use_multiprocessing": True}, {}),
+        "unshuffled": ({"shuffle": False}, {"shuffle": False}),
+    }
+    for name, (options, fit_arguments) in variants.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            iterator = generator.flow_from_directory(spec["url"], **FLOW, **options)
+        gets()
+        steps = train(iterator, **fit_arguments)
+        report[name] = {"steps": steps, "gets": gets(), "n": iterator.n,
+                        "warnings": [str(w.message) for w in caught]}
+        iterator.close()
+    print("REPORT", json.dumps(report))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def unique_images(tmp_path_factory, s3_server):
+    """Random-pixel PNGs in two class folders (no two rows alike), local and on S3."""
+    import s3fs
+
+    from tests.conftest import SETUP_CLIENT
+
+    root = tmp_path_factory.mktemp("unique")
+    rng = np.random.default_rng(42)
+    for i in range(IMAGES):
+        folder = root / f"class_{i % 2}"
+        folder.mkdir(exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    fs = s3fs.S3FileSystem(**s3_server.storage_options, **SETUP_CLIENT)
+    prefix = f"data/{uuid.uuid4().hex[:8]}"
+    put_folder(fs, str(root), prefix)
+    return str(root), f"s3://{prefix}"
+
+
+def run_backend(backend: str, local: str, url: str, options: dict) -> dict:
+    spec = {"local": local, "url": url, "options": options, "batch": BATCH, "epochs": EPOCHS}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, json.dumps(spec)],
+        capture_output=True, text=True, timeout=600, check=False,
+        env=dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=ROOT),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-6000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("REPORT "))
+    return json.loads(line.split(" ", 1)[1])
+
+
+def epochs_of(steps: list[list[str]]) -> list[list[str]]:
+    """The rows trained in each epoch (steps are `ceil(IMAGES / BATCH)` per epoch)."""
+    per_epoch = -(-IMAGES // BATCH)
+    assert len(steps) == EPOCHS * per_epoch
+    return [sum(steps[e * per_epoch : (e + 1) * per_epoch], []) for e in range(EPOCHS)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_each_epoch_trains_each_image_once_with_one_get_each(backend, unique_images, s3_options):
+    local, url = unique_images
+    report = run_backend(backend, local, url, s3_options)
+    assert report["backend"] == backend
+    images = sorted(sum(epochs_of(report["stock_unshuffled"])[0:1], []))
+    assert len(set(images)) == IMAGES  # every row differs: a row names its image
+    for name in ("defaults", "backup", "processes", "unshuffled"):
+        result = report[name]
+        where = f"{backend}/{name}"
+        assert result["n"] == IMAGES, where
+        for epoch, rows in enumerate(epochs_of(result["steps"])):
+            twice = sorted({r for r in rows if rows.count(r) > 1})
+            assert sorted(rows) == images, f"{where} epoch {epoch}: twice {twice}"
+        assert result["gets"] == EPOCHS * IMAGES, where  # one GET per image per epoch
+    # Unshuffled, step for step what stock Keras trains on the local copy.
+    assert report["unshuffled"]["steps"] == report["stock_unshuffled"]
+    multiprocessing_warned = any(
+        "use_multiprocessing=True is not used" in w for w in report["processes"]["warnings"]
+    )
+    assert multiprocessing_warned == (backend != "tensorflow")
