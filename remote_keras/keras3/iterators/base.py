@@ -65,7 +65,7 @@ class RemoteBatchMixin(RemoteBatchCore, legacy_image.Iterator):
                 "backend: Keras's worker queue hands batches read for one pass to the next "
                 "there (some images trained twice in an epoch, others never). Keras reads "
                 "from its own thread and the iterator reads ahead in its own threads.",
-                stacklevel=3,
+                stacklevel=4,  # the user's `flow_from_*` call
             )
         if _SEEDS_EPOCHS and self.workers > 1:
             # Keras 3.16's JAX `fit` builds its state from a batch of a queue its worker
