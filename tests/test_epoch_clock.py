@@ -8,11 +8,12 @@ again, once, by the pass.
 
 from __future__ import annotations
 
+import random
 import threading
 
 import remote_keras as rk
 from remote_keras.keras_agnostic import fit_order
-from remote_keras.keras_agnostic.epoch_clock import KEPT_BATCHES, EpochClock
+from remote_keras.keras_agnostic.epoch_clock import KEPT_BATCHES, EpochClock, PredictedOrder
 from tests.helpers import assert_same_batch
 
 
@@ -186,3 +187,18 @@ def test_the_clock_proves_fit_shuffle_from_which_thread_asked_and_what_was_train
         release.set()
         for thread in threads:
             thread.join()
+
+
+def test_a_predicted_order_is_followed_only_once_two_asks_matched_it():
+    random.seed(11)
+    prediction = PredictedOrder(8)
+    drawn = list(range(8))
+    random.shuffle(drawn)  # what Keras 3.8-3.15 draws after `on_epoch_begin()`
+    assert prediction.order == drawn
+    prediction.follow(drawn[0])
+    assert prediction.after(drawn[0]) is None  # one ask tells no order
+    prediction.follow(drawn[1])
+    assert prediction.after(drawn[1]) == drawn[2:]
+    prediction.follow((drawn[2] + 1) % 8)  # an ask off the order ends it for good
+    prediction.follow(drawn[3])
+    assert prediction.after(drawn[3]) is None

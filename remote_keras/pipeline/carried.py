@@ -62,6 +62,3 @@ class CarriedReads:
             return None
         with self._lock:
             return self._carried.pop(path, None)
-
-    def __len__(self) -> int:
-        return len(self._carried)

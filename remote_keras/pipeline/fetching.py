@@ -79,7 +79,6 @@ class Fetcher:
         start = time.perf_counter()
         results: list[Any] = [self.carried.take(path) for path in paths]
         carried = sum(data is not None for data in results)
-        self.stats.add(carried=carried)
         if self.cache is not None:
             healed = 0
             for i, path in enumerate(paths):
@@ -105,7 +104,7 @@ class Fetcher:
                         self.cache.put(paths[i], data)  # never raises: warns once if unwritable
                 results[i] = data
         read = sum(len(r) for r in results if isinstance(r, _BYTES))
-        self.stats.add(fetch_s=time.perf_counter() - start, bytes=read)
+        self.stats.add(fetch_s=time.perf_counter() - start, bytes=read, carried=carried)
         return results
 
     def _once(self, paths: list[str], executor: Executor) -> list[Any]:
