@@ -9,7 +9,8 @@ is not counted). The assertions are made here:
 - each epoch trains each image exactly once, with and without `rk.BackupAndRestore`,
   with `use_multiprocessing=True` and with `fit(shuffle=False)`;
 - one GET per image per epoch, counted by the proxy (Keras's JAX and PyTorch trainers
-  build the model from a batch of a pass they abandon: its reads are carried over);
+  build the model from a batch of a pass they abandon: its reads are carried over), also
+  for `image_dataset_from_directory(format="grain")`;
 - unshuffled (the iterator's `shuffle` and `fit`'s), the batches of every step equal
   stock Keras's on the local copy (stock is exact there with its default of one worker).
 
@@ -109,6 +110,13 @@ SCRIPT = textwrap.dedent(
         report[name] = {"steps": steps, "gets": gets(), "n": iterator.n,
                         "warnings": [str(w.message) for w in caught]}
         iterator.close()
+    # image_dataset_from_directory(format="grain"): every pass in the same order.
+    dataset = rk.image_dataset_from_directory(
+        spec["url"], image_size=(8, 8), batch_size=spec["batch"], seed=3, format="grain",
+        label_mode="categorical", prefetch_batches=1, storage_options=spec["options"],
+    )
+    gets()
+    report["grain"] = {"steps": train(dataset), "gets": gets()}
     print("REPORT", json.dumps(report))
     """
 )
@@ -170,6 +178,13 @@ def test_each_epoch_trains_each_image_once_with_one_get_each(backend, unique_ima
         assert result["gets"] == EPOCHS * IMAGES, where  # one GET per image per epoch
     # Unshuffled, step for step what stock Keras trains on the local copy.
     assert report["unshuffled"]["steps"] == report["stock_unshuffled"]
+    # The grain dataset too: each epoch each image once, one GET per image per epoch (the
+    # first elements Keras's build or spec batch read are kept for the pass that follows).
+    grain = report["grain"]
+    grain_epochs = [sorted(rows) for rows in epochs_of(grain["steps"])]
+    assert len(set(grain_epochs[0])) == IMAGES
+    assert grain_epochs == [grain_epochs[0]] * EPOCHS
+    assert grain["gets"] == EPOCHS * IMAGES
     multiprocessing_warned = any(
         "use_multiprocessing=True is not used" in w for w in report["processes"]["warnings"]
     )

@@ -221,3 +221,16 @@ def test_format_is_checked_with_keras_message(image_dir):
     local, _ = image_dir
     with pytest.raises(ValueError, match='`format` should be either "tf" or "grain"'):
         rk.image_dataset_from_directory(local, format="torch")
+
+
+def test_pass_start_keeps_an_abandoned_passs_first_reads_for_the_next_pass_only():
+    from remote_keras.keras_agnostic.dataset_grain import PassStart
+
+    start = PassStart(frozenset({0, 1}), window=2)
+    for index in (0, 1):  # a pass abandoned after its first elements
+        assert start.take(index) is None
+        start.keep(index, b"%d" % index)
+    assert start.take(0) == b"0" and start.take(1) == b"1"  # the next pass takes them
+    for index in (2, 3, 4):  # ... and goes on past the window: they are dropped
+        assert start.take(index) is None
+    assert start.take(0) is None  # a later pass reads them again

@@ -16,6 +16,7 @@ leaves out (later samples fill the batch).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -76,6 +77,7 @@ class GrainSamples:
         self.arithmetic = arithmetic
         self.requests = InlineExecutor()  # grain's read threads are the concurrency
         self.skips = SkipLog()
+        self.pass_start = PassStart(frozenset(), 0)  # set by `build`, which knows the order
 
     def __call__(self, index: int) -> Any:
         """The element of sample `index`: its image, or `(image, label)`; `None` if skipped.
@@ -87,10 +89,14 @@ class GrainSamples:
         index = int(index)
         url = self.urls[index]
         try:
-            [result] = self.files.fetcher.fetch([url], self.requests)
-            body = body_of(url, result)
-            if isinstance(body, BaseException):
-                raise body
+            body = self.pass_start.take(index)
+            if body is None:
+                [result] = self.files.fetcher.fetch([url], self.requests)
+                read = body_of(url, result)
+                if isinstance(read, BaseException):
+                    raise read
+                self.pass_start.keep(index, read)
+                body = read
             pixels = np.array(decode_image(body, self.shown[index], self.color_mode))
         except Exception as exc:
             if self.files.options.on_error == "raise":
@@ -102,6 +108,48 @@ class GrainSamples:
         if self.labels is None:
             return image
         return image, self.arithmetic.label(self.labels[index], self.label_mode, self.num_classes)
+
+
+class PassStart:
+    """The bytes of the first elements of every pass, kept while no pass has gone on.
+
+    Every pass reads the same order. Keras's JAX and PyTorch trainers build the
+    model from the first batch of a pass they abandon, and TensorFlow's adapter
+    reads one to learn the spec: grain's threads have read up to `window`
+    elements by then. Those bytes are kept, and the next pass takes them instead
+    of reading them again. Once a pass has read more than `window` elements past
+    them it has gone on, and they are dropped: each later pass reads them once.
+    Memory is bounded by `window` files. Thread-safe (grain's threads call it).
+
+    Args:
+        first: The samples at the start of the order (the first `window`).
+        window: How many elements a pass has read when its first batch is out:
+            two batches (the one handed out, the one grain assembles next) and
+            grain's read-ahead.
+    """
+
+    def __init__(self, first: frozenset[int], window: int) -> None:
+        self.first, self.window = first, window
+        self._lock = threading.Lock()
+        self._kept: dict[int, bytes] = {}
+        self._beyond = 0  # elements read past `first` since the kept bytes were dropped
+
+    def take(self, index: int) -> bytes | None:
+        """Sample `index`'s kept bytes, or `None` (then read it, and `keep` it)."""
+        with self._lock:
+            if index in self.first:
+                return self._kept.get(index)
+            self._beyond += 1
+            if self._beyond > self.window:  # the pass went on: its start was taken already
+                self._kept.clear()
+                self._beyond = 0
+            return None
+
+    def keep(self, index: int, body: bytes) -> None:
+        """Keeps what was read for a sample at the start of the order."""
+        if index in self.first:
+            with self._lock:
+                self._kept[index] = body
 
 
 def require() -> None:
@@ -146,6 +194,10 @@ def build(
     read = grain.ReadOptions(
         num_threads=max(1, min(options.max_in_flight, ahead)), prefetch_buffer_size=ahead
     )
+    window = ahead + 2 * (batch_size or 1)  # read by the time the first batch is out
+    if len(elements) > 2 * window:  # else a whole pass would stay in memory
+        first = frozenset(int(elements[position]) for position in range(window))
+        samples.pass_start = PassStart(first, window)
     dataset = elements.map(samples).to_iter_dataset(read)
     if batch_size is not None:
         dataset = dataset.batch(batch_size, batch_fn=make_batch)
