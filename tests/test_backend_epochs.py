@@ -12,7 +12,9 @@ is not counted). The assertions are made here:
   build the model from a batch of a pass they abandon: its reads are carried over), also
   for `image_dataset_from_directory(format="grain")`;
 - unshuffled (the iterator's `shuffle` and `fit`'s), the batches of every step equal
-  stock Keras's on the local copy (stock is exact there with its default of one worker).
+  stock Keras's on the local copy (stock is exact there with its default of one worker);
+- what `fit` raises for a corrupt file in the first batch and a later one, what
+  `on_error="skip"` trains and lists, and the error for a wrong bucket (`failures.md`).
 
 Stock Keras's own iterator given `workers=4` trains some images twice on JAX and PyTorch
 (its worker queue hands a pass's leftover batches to the next): the test of that is
@@ -32,7 +34,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.helpers import needs_jax, needs_torch, put_folder
+from tests.helpers import needs_jax, needs_torch, put_folder, put_objects
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGES, BATCH, EPOCHS = 26, 4, 3
@@ -46,7 +48,7 @@ SCRIPT = textwrap.dedent(
     """
     import hashlib, json, os, random, sys, tempfile, urllib.request, warnings
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    import keras, numpy as np
+    import keras, numpy as np, pandas as pd
     from keras.src.legacy.preprocessing import image as keras_image  # stock Keras
     import remote_keras as rk
 
@@ -117,6 +119,34 @@ SCRIPT = textwrap.dedent(
     )
     gets()
     report["grain"] = {"steps": train(dataset), "gets": gets()}
+    # A file that cannot be decoded, in the first batch (TensorFlow's adapter reads batches 0
+    # and 1 itself to learn the spec) or the last; raised, and skipped; and a wrong bucket.
+    bad = spec["url"] + "-broken/bad.png"
+    good = [f"{spec['url']}/class_{i % 2}/{i}.png" for i in range(11)]
+
+    def failing(rows, **options):
+        frame = pd.DataFrame({"filename": rows, "class": ["a", "b"] * (len(rows) // 2)})
+        iterator = generator.flow_from_dataframe(frame, None, shuffle=False, **FLOW, **options)
+        try:
+            steps = train(iterator, shuffle=False)
+        except Exception as error:
+            bases = {c.__module__ + "." + c.__name__ for c in type(error).__mro__}
+            return {"error": type(error).__name__, "bases": sorted(bases),
+                    "names_url": bad in str(error)}
+        finally:
+            iterator.close()
+        return {"error": None, "steps": steps, "skipped": [p for p, _ in iterator.skipped]}
+
+    report["corrupt_first"] = failing([bad] + good)
+    report["corrupt_later"] = failing(good + [bad])
+    report["corrupt_skipped"] = failing(good + [bad], on_error="skip")
+    bad = spec["url"] + "-broken/missing.png"  # gone between listing and reading
+    report["missing_later"] = failing(good + [bad], validate_filenames=False)
+    try:
+        generator.flow_from_directory("s3://no-such-bucket-rk/train", **FLOW)
+        report["wrong_bucket"] = None
+    except Exception as error:
+        report["wrong_bucket"] = [type(error).__name__, "s3://no-such-bucket-rk" in str(error)]
     print("REPORT", json.dumps(report))
     """
 )
@@ -138,6 +168,7 @@ def unique_images(tmp_path_factory, s3_server):
     fs = s3fs.S3FileSystem(**s3_server.storage_options, **SETUP_CLIENT)
     prefix = f"data/{uuid.uuid4().hex[:8]}"
     put_folder(fs, str(root), prefix)
+    put_objects(fs, {f"{prefix}-broken/bad.png": b"not an image" * 20})  # apart from the classes
     return str(root), f"s3://{prefix}"
 
 
@@ -185,6 +216,27 @@ def test_each_epoch_trains_each_image_once_with_one_get_each(backend, unique_ima
     assert len(set(grain_epochs[0])) == IMAGES
     assert grain_epochs == [grain_epochs[0]] * EPOCHS
     assert grain["gets"] == EPOCHS * IMAGES
+    # What `fit` raises for a file that cannot be decoded: the package's own error, naming
+    # the URL; on TensorFlow, past the batches its adapter reads itself, TensorFlow's
+    # `InvalidArgumentError` (an `OpError`) with the URL in its message.
+    for case in ("corrupt_first", "corrupt_later"):
+        raised = report[case]
+        later_on_tf = case == "corrupt_later" and backend == "tensorflow"
+        assert raised["error"] == ("InvalidArgumentError" if later_on_tf else "ImageDecodeError")
+        assert ("builtins.ValueError" in raised["bases"]) != later_on_tf, raised
+        assert raised["names_url"], raised
+    # A file the store does not have (an `OSError`): TensorFlow's `UnknownError` there.
+    missing = report["missing_later"]
+    tf_error = backend == "tensorflow"
+    assert missing["error"] == ("UnknownError" if tf_error else "FileNotFoundError"), missing
+    assert ("builtins.OSError" in missing["bases"]) != tf_error and missing["names_url"]
+    # Skipped: each epoch trains the 11 readable images once, and `skipped` names the file.
+    skipped = report["corrupt_skipped"]
+    assert skipped["error"] is None, skipped
+    rows = sum(skipped["steps"], [])
+    assert len(rows) == EPOCHS * 11 and len(set(rows)) == 11
+    assert set(skipped["skipped"]) == {url + "-broken/bad.png"}
+    assert report["wrong_bucket"] == ["FileNotFoundError", True]
     multiprocessing_warned = any(
         "use_multiprocessing=True is not used" in w for w in report["processes"]["warnings"]
     )
