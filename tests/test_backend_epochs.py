@@ -124,7 +124,7 @@ SCRIPT = textwrap.dedent(
     bad = spec["url"] + "-broken/bad.png"
     good = [f"{spec['url']}/class_{i % 2}/{i}.png" for i in range(11)]
 
-    def failing(rows, **options):
+    def failing(rows, bad, **options):
         frame = pd.DataFrame({"filename": rows, "class": ["a", "b"] * (len(rows) // 2)})
         iterator = generator.flow_from_dataframe(frame, None, shuffle=False, **FLOW, **options)
         try:
@@ -137,11 +137,11 @@ SCRIPT = textwrap.dedent(
             iterator.close()
         return {"error": None, "steps": steps, "skipped": [p for p, _ in iterator.skipped]}
 
-    report["corrupt_first"] = failing([bad] + good)
-    report["corrupt_later"] = failing(good + [bad])
-    report["corrupt_skipped"] = failing(good + [bad], on_error="skip")
-    bad = spec["url"] + "-broken/missing.png"  # gone between listing and reading
-    report["missing_later"] = failing(good + [bad], validate_filenames=False)
+    report["corrupt_first"] = failing([bad] + good, bad)
+    report["corrupt_later"] = failing(good + [bad], bad)
+    report["corrupt_skipped"] = failing(good + [bad], bad, on_error="skip")
+    missing = spec["url"] + "-broken/missing.png"  # gone between listing and reading
+    report["missing_later"] = failing(good + [missing], missing, validate_filenames=False)
     try:
         generator.flow_from_directory("s3://no-such-bucket-rk/train", **FLOW)
         report["wrong_bucket"] = None
