@@ -45,10 +45,11 @@ class KerasGrainArithmetic:
         self.image_size, self.interpolation = image_size, interpolation
         self.data_format = data_format
         self.crop, self.pad = crop_to_aspect_ratio, pad_to_aspect_ratio
+        self.cpu = _this_process_cpu()
 
     def image(self, pixels: np.ndarray) -> Any:
         """The decoded array to the resized `float32` image tensor."""
-        with keras.device("cpu"):
+        with keras.device(self.cpu):
             image = keras.ops.convert_to_tensor(pixels, dtype="float32")
             if len(image.shape) == 2:
                 image = keras.ops.expand_dims(image, axis=-1)
@@ -65,7 +66,7 @@ class KerasGrainArithmetic:
 
     def label(self, value: Any, label_mode: str, num_classes: int) -> Any:
         """One label to its tensor for `label_mode`."""
-        with keras.device("cpu"):
+        with keras.device(self.cpu):
             if label_mode == "binary":
                 return keras.ops.expand_dims(
                     keras.ops.convert_to_tensor(value, dtype="float32"), axis=-1
@@ -78,5 +79,21 @@ class KerasGrainArithmetic:
 
     def batch(self, values: Sequence[Any]) -> Any:
         """The elements stacked, structure by structure."""
-        with keras.device("cpu"):
+        with keras.device(self.cpu):
             return keras.tree.map_structure(lambda *xs: keras.ops.stack(xs), *values)
+
+
+def _this_process_cpu() -> Any:
+    """The CPU Keras's grain path computes on: `"cpu"`, or this process's own on several JAX ones.
+
+    With several JAX processes (`jax.distributed.initialize`), `"cpu"` names
+    the first process's CPU: a batch made there is not this process's, and
+    Keras's JAX `fit` cannot place it ("Cross-host transfers are not
+    supported"; Keras's own `image_dataset_from_directory(format="grain")`
+    fails so too, Keras 3.15.1).
+    """
+    if keras.backend.backend() != "jax":
+        return "cpu"
+    import jax
+
+    return jax.local_devices(backend="cpu")[0] if jax.process_count() > 1 else "cpu"
