@@ -31,6 +31,9 @@ from remote_keras.pipeline.executors import InlineExecutor
 from remote_keras.pipeline.skips import SkipLog
 
 _COLOR_MODES = {channels: mode for mode, channels in COLOR_MODES.items()}
+# Batches a pass may hand out and still be one Keras abandons (to build the model, or to
+# learn the batch's spec) rather than an epoch.
+BUILD_BATCHES = 2
 
 
 class GrainArithmetic(Protocol):
@@ -114,12 +117,15 @@ class PassStart:
     """The bytes of the first elements of every pass, kept while no pass has gone on.
 
     Every pass reads the same order. Keras's JAX and PyTorch trainers build the
-    model from the first batch of a pass they abandon, and TensorFlow's adapter
-    reads one to learn the spec: grain's threads have read up to `window`
-    elements by then. Those bytes are kept, and the next pass takes them instead
-    of reading them again. Once a pass has read more than `window` elements past
-    them it has gone on, and they are dropped: each later pass reads them once.
-    Memory is bounded by `window` files. Thread-safe (grain's threads call it).
+    model from the first batch of a pass they abandon (with several JAX
+    processes, two such passes), and TensorFlow's adapter reads one to learn
+    the spec: grain's threads have read up to `window` elements by then. Those
+    bytes are kept, and the next pass takes them instead of reading them again.
+    A pass has gone on once it has read more than `window` elements past them,
+    or handed out more than `BUILD_BATCHES` batches by the time the next pass
+    begins (a dataset shorter than two windows); then they are dropped: each
+    later pass reads them once. Memory is bounded by `window` files.
+    Thread-safe (grain's threads call it).
 
     Args:
         first: The samples at the start of the order (the first `window`).
@@ -133,6 +139,20 @@ class PassStart:
         self._lock = threading.Lock()
         self._kept: dict[int, bytes] = {}
         self._beyond = 0  # elements read past `first` since the kept bytes were dropped
+        self._batches = 0  # batches handed out by the pass in progress
+
+    def new_pass(self) -> None:
+        """A pass begins: the last one's kept bytes are dropped if it went on."""
+        with self._lock:
+            if self._batches > BUILD_BATCHES:
+                self._kept.clear()
+                self._beyond = 0
+            self._batches = 0
+
+    def batched(self) -> None:
+        """The pass in progress hands out a batch."""
+        with self._lock:
+            self._batches += 1
 
     def take(self, index: int) -> bytes | None:
         """Sample `index`'s kept bytes, or `None` (then read it, and `keep` it)."""
@@ -195,10 +215,27 @@ def build(
         num_threads=max(1, min(options.max_in_flight, ahead)), prefetch_buffer_size=ahead
     )
     window = ahead + 2 * (batch_size or 1)  # read by the time the first batch is out
-    if len(elements) > 2 * window:  # else a whole pass would stay in memory
-        first = frozenset(int(elements[position]) for position in range(window))
-        samples.pass_start = PassStart(first, window)
+    if batch_size is None and len(elements) <= 2 * window:
+        return elements.map(samples).to_iter_dataset(read)  # passes are told by batches
+    first = frozenset(int(elements[position]) for position in range(min(window, len(elements))))
+    start = samples.pass_start = PassStart(first, window)
     dataset = elements.map(samples).to_iter_dataset(read)
-    if batch_size is not None:
-        dataset = dataset.batch(batch_size, batch_fn=make_batch)
-    return dataset
+    if batch_size is None:
+        return dataset
+
+    def batch(values: Sequence[Any]) -> Any:
+        start.batched()  # on the consumer's thread, as it asks (grain batches lazily)
+        return make_batch(values)
+
+    return _telling_passes(grain, dataset.batch(batch_size, batch_fn=batch), start)
+
+
+def _telling_passes(grain: Any, dataset: Any, start: PassStart) -> Any:
+    """`dataset`, telling `start` when a pass begins (each `iter()` of it)."""
+
+    class Passes(grain.IterDataset):
+        def __iter__(self) -> Any:
+            start.new_pass()
+            return self._parent.__iter__()
+
+    return Passes(dataset)

@@ -15,7 +15,13 @@ Per pass over the dataset (an epoch):
    raises) as soon as its chunk arrives, however many files fail after it.
 3. TensorFlow decodes and resizes with Keras's ops (`dataset_tf.decode_resize`) in a
    parallel map; samples whose decode fails are dropped (`ignore_errors`).
-4. After batching, `EpochReader.observe` sees which positions of the order
+4. Keras's JAX and PyTorch trainers build an unbuilt model from the first
+   batch of a pass they then abandon, after TensorFlow's prefetch has pulled
+   several chunks. The bytes a pass fetched in its first `_CARRIED_CHUNKS`
+   look-aheads are kept when it ends before its last chunk
+   (`pipeline.carried`): the next pass takes them instead of a second GET
+   (its order differs, its files do not), and drops what it does not take.
+5. After batching, `EpochReader.observe` sees which positions of the order
    arrived: a gap or a placeholder is a sample that failed, raised (naming its URL) with
    `on_error="raise"`, recorded in `dataset.skipped` with `"skip"`. A
    sentinel sample after the last one closes the epoch's account.
@@ -52,6 +58,10 @@ SKIP_FATE = (
     "are left out of the stream (later samples fill the batch) and listed in `dataset.skipped`"
 )
 _KEPT_EPOCHS = 8  # epochs whose account is kept (passes abandoned half-way are dropped)
+# Look-aheads (`prefetch_batches` chunks each) of a pass whose bytes are kept for the next
+# pass, should this one be abandoned: TensorFlow's prefetch pulls chunks past the look-ahead
+# before Keras's JAX and PyTorch trainers abandon the pass they build the model from.
+_CARRIED_CHUNKS = 2
 
 
 class EpochReader:
@@ -92,6 +102,9 @@ class EpochReader:
         pending: deque[Any] = deque()
         starts = iter(range(0, len(order), self.chunk))
         since = interrupts.count()
+        carried = self.files.fetcher.carried
+        carried.record()  # kept for the next pass if Keras abandons this one (module docstring)
+        submitted, completed = 0, False
         try:
             while True:
                 for start in itertools.islice(starts, depth - len(pending)):
@@ -99,6 +112,9 @@ class EpochReader:
                     pending.append(
                         (start, chunks.submit(self.files.fetcher.fetch, paths, requests, stop))
                     )
+                    submitted += 1
+                    if submitted > _CARRIED_CHUNKS * depth:
+                        carried.stop_recording()
                 if not pending:
                     break
                 start, future = pending.popleft()
@@ -114,7 +130,9 @@ class EpochReader:
                 np.array([-1]),
                 np.array([_SENTINEL], dtype=object),
             )
+            completed = True
         finally:
+            carried.end_pass(cut_short_at_one=not completed)
             stop.set()
             chunks.shutdown(wait=False, cancel_futures=True)
             requests.shutdown(wait=False, cancel_futures=True)
