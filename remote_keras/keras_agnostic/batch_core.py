@@ -206,9 +206,28 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
             ended = self._clock.end(self._length())
             if ended:  # a pass that handed out only its first batch carries its reads
                 self.engine.fetcher.carried.end_pass(self._clock.handed == 1)
-                self._end_epochs(ended)
+                self._end_epochs(0 if self._keras_built_from_pass() else ended)
             elif self.options.on_error == "skip":  # held: a loop of one's own still hears now
                 self.engine.skips.warn_summary(self._skips_listed_before())
+
+    def _keras_built_from_pass(self) -> bool:
+        """Whether the pass ending now was Keras building the model: it ends no epoch.
+
+        Keras 3.8-3.15's JAX and PyTorch `fit` and `evaluate` build an unbuilt
+        model from the first batch of a pass they abandon (`EpochClock.end`).
+        A fresh iterator's first pass that hands out one batch there is taken
+        for it: the next pass reads epoch 0 again (its bytes carried), so
+        the first epoch of `fit` is epoch 0, as on TensorFlow, and every
+        process of a sharded run reads its own share of it once.
+        """
+        clock = self._clock
+        return (
+            clock.epoch == 0
+            and clock.handed == 1
+            and clock.resume is None
+            and not self._keras_on_tensorflow()
+            and not self._keras_seeds_epochs()
+        )
 
     def _keras_on_tensorflow(self) -> bool:
         """Whether the Keras calling this iterator trains on TensorFlow (Keras 2 always does)."""
