@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import time
+import types
 import uuid
 import warnings
 
@@ -457,6 +458,38 @@ def test_backup_files_complete_a_torn_pair_and_remove_only_their_own_leftovers(t
     open(weights, "wb").write(b"changed by something else")
     with pytest.raises(ValueError, match="inconsistent"):
         backup_files.repair(weights, metadata)
+
+
+def test_a_killed_saves_leftovers_are_removed_when_the_next_run_starts(tmp_path):
+    """Not only at the next save: a restart that never saves again leaves no debris."""
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    leftovers = [".4242.tmp.latest.weights.h5", ".4242.tmp.training_metadata.json"]
+    for name in [*leftovers, ".7.tmp.notes.txt"]:
+        (backup / name).write_bytes(b"killed mid-save")
+    rk.BackupAndRestore(str(backup))
+    assert sorted(p.name for p in backup.iterdir()) == [".7.tmp.notes.txt"]
+
+
+def test_one_processs_record_serves_every_shard_of_its_run():
+    """Several processes share one backup, written by the first: each continues its shard."""
+    from remote_keras.keras_agnostic import resume
+
+    saved = {"epoch": 2, "batch": 3, "shard": [0, 2], "seed": 1}
+
+    def iterator(index: int, count: int):
+        return types.SimpleNamespace(shard=types.SimpleNamespace(index=index, count=count))
+
+    assert resume.own_shard(saved, iterator(1, 2), mid_epoch=True)["shard"] == [1, 2]
+    assert resume.same_run(iterator(1, 2), saved) and not resume.same_run(iterator(0, 3), saved)
+    # Another number of processes: at an epoch's start the next epoch is split anew...
+    assert resume.own_shard({**saved, "batch": 0}, iterator(0, 1), mid_epoch=False)["shard"] == [
+        0,
+        1,
+    ]
+    # ...in the middle of one, the samples left belong to shards that no longer exist.
+    with pytest.raises(ValueError, match=r"run of 2 process\(es\).*this run has 3"):
+        resume.own_shard(saved, iterator(2, 3), mid_epoch=True)
 
 
 # --------------------------------------------------------------------------- SIGKILL sweep

@@ -6,7 +6,6 @@ Datasets from `rk.image_dataset_from_directory` are continued at epoch boundarie
 
 from __future__ import annotations
 
-import json
 import random
 import warnings
 from typing import Any
@@ -16,7 +15,7 @@ import keras
 from remote_keras import errors
 from remote_keras.keras3 import backup_files
 from remote_keras.keras3.keras_src import file_utils
-from remote_keras.keras_agnostic import dataset_resume, workers
+from remote_keras.keras_agnostic import dataset_resume, resume, workers
 from remote_keras.keras_agnostic.fit_order import (
     EpochSeededReplay,
     FitOrder,
@@ -117,8 +116,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._in_epoch = False
         self._validated: set[int] = set()  # epochs `fit` validated after, in this run
         self._passes: dict[str, Any] = {"train": [], "epoch": []}  # datasets' counts of passes
-        backup_files.repair(self._weights_path, self._training_metadata_path)
-        self._saved = _saved_state(self._training_metadata_path)
+        backup_files.prepare(self._weights_path, self._training_metadata_path)
+        self._saved = backup_files.saved_state(self._training_metadata_path)
         self._find_saved()
 
     # ---------------------------------------------------------------- Keras's hooks
@@ -198,7 +197,14 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         super().on_epoch_end(epoch, logs)
         self._in_epoch = False
 
+    def on_train_end(self, logs: dict | None = None) -> None:
+        if backup_files.writes_backups():  # the writer deletes the backup (`delete_checkpoint`)
+            super().on_train_end(logs)
+
     def _save_model(self) -> None:
+        if not backup_files.writes_backups():
+            backup_files.save_elsewhere(self._weights_path, self.model.save_weights)
+            return
         if not file_utils.exists(self.backup_dir):
             file_utils.makedirs(self.backup_dir)
         for current, previous in (
@@ -294,7 +300,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         if _SEEDS_EPOCHS and saved["fit_shuffle"]:
             replay = EpochSeededReplay(self._origin, epoch)
         # Keras counts a whole epoch's steps before `on_train_begin`, which counts the rest.
-        iterator._load_state(saved["train"], state, counted=False, replay=replay)
+        own = resume.own_shard(saved["train"], iterator, mid_epoch=bool(done))
+        iterator._load_state(own, state, counted=False, replay=replay)
         self._epoch, self._offset, self._done = epoch, done, done
         self._last_batch_seen = done - 1 if done else 0  # Keras counts batches from here
         self._set_random_at = epoch + 1 if done and saved["fit_shuffle"] else None
@@ -344,13 +351,6 @@ def _datasets_state(passes: dict[str, Any], mid_epoch: bool) -> list[dict[str, A
     return dataset_resume.state(passes["train"], passes["epoch"] if mid_epoch else None)
 
 
-def _saved_state(path: str) -> dict[str, Any] | None:
-    if not file_utils.exists(path):
-        return None
-    with file_utils.File(path, "r") as f:
-        return json.loads(f.read()).get("remote_keras")
-
-
 # ---------------------------------------------------------------------------- finding
 
 
@@ -371,7 +371,7 @@ def _matching(state: dict[str, Any], exclude: Any) -> list[Any]:
         it for it in _open(exclude)
         if errors.redact(str(it.directory)) == state.get("directory")
         and it.seed == state["seed"]
-        and [it.shard.index, it.shard.count] == state["shard"]
+        and resume.same_run(it, state)
     ]  # fmt: skip
     if len(found) > 1:
         found = [it for it in found if fingerprint(it) == state["fingerprint"]]

@@ -7,7 +7,8 @@ then the metadata. A kill before the first rename leaves the previous pair; a
 kill between the renames leaves new weights beside old metadata, which
 `repair` detects by the digest and completes from the new metadata's
 temporary file (a complete file by then). Temporary files left by killed saves
-are removed by the next save.
+are removed when the next run starts (`prepare`) and by the next save. With
+several JAX processes only the first writes (`writes_backups`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -148,3 +150,58 @@ def _write_text(path: str, text: str) -> None:
 
 def _remote(path: str) -> bool:
     return "://" in path
+
+
+def writes_backups() -> bool:
+    """Whether this process writes the backup: the only process, or the first of several.
+
+    Several JAX processes (`jax.distributed.initialize`) share one backup folder,
+    as Keras's multi-worker backups do: the first writes it (the model is the
+    same in all, and so is the data's position, each process reading its own
+    shard), and all read it on restart. Were each to write, one's clean-up of
+    temporary files could remove the other's before its rename.
+    """
+    import keras
+
+    if keras.backend.backend() != "jax":
+        return True
+    import jax
+
+    return jax.process_index() == 0
+
+
+def save_elsewhere(weights_path: str, write_weights: Callable[[str], None]) -> None:
+    """A process that does not write the backup saves the weights to a scratch file, then drops it.
+
+    Keras's JAX `save_weights` gathers the variables from every process (a
+    collective), so every process must call it when one does.
+
+    Args:
+        weights_path: The backup's weights file (its name is kept).
+        write_weights: Writes the weights to the path it is given.
+    """
+    with tempfile.TemporaryDirectory(prefix="remote_keras-backup-") as scratch:
+        write_weights(os.path.join(scratch, os.path.basename(weights_path)))
+
+
+def prepare(weights_path: str, metadata_path: str) -> None:
+    """Before a run: `repair`, then remove what killed saves left (in the writing process).
+
+    Args:
+        weights_path: The backup's weights file.
+        metadata_path: The backup's metadata file.
+    """
+    if writes_backups():  # nothing else writes the folder now (one run per folder)
+        repair(weights_path, metadata_path)
+        if not _remote(metadata_path):
+            remove_leftovers(os.path.dirname(metadata_path), (weights_path, metadata_path))
+
+
+def saved_state(metadata_path: str) -> dict[str, Any] | None:
+    """The package's part of a backup's metadata, or `None` without a backup."""
+    from remote_keras.keras3.keras_src import file_utils
+
+    if not file_utils.exists(metadata_path):
+        return None
+    with file_utils.File(metadata_path, "r") as f:
+        return json.loads(f.read()).get("remote_keras")

@@ -85,3 +85,39 @@ def check_compatible(iterator: Any, state: dict[str, Any]) -> None:
             f"{iterator.directory!r}: the files, their order, the classes or the batch "
             "size changed. Resume from the data the run was started on."
         )
+
+
+def same_run(iterator: Any, state: dict[str, Any]) -> bool:
+    """Whether `iterator` may be the one of a run whose process saved `state` (any shard)."""
+    return int(iterator.shard.count) == int(state["shard"][1]) or iterator.shard.count == 1
+
+
+def own_shard(state: dict[str, Any], iterator: Any, mid_epoch: bool) -> dict[str, Any]:
+    """`state`, saved by one process of a run, for the shard this `iterator` reads.
+
+    Every process of a run is at the same position of the same stream, each in
+    its own shard, so one process's record serves all. With another number of
+    processes, a run continues at an epoch's start (the next epoch is split
+    among the processes there are); in the middle of an epoch it cannot: the
+    samples left belong to shards that no longer exist.
+
+    Args:
+        state: An iterator's `state_dict()`, from any process of the run.
+        iterator: This process's iterator.
+        mid_epoch: Whether `state` resumes in the middle of an epoch.
+
+    Raises:
+        ValueError: The process count differs and `state` is mid-epoch,
+            naming both counts.
+    """
+    recorded, current = int(state["shard"][1]), int(iterator.shard.count)
+    if recorded != current and mid_epoch:
+        raise ValueError(
+            f"The backup was taken in the middle of epoch {state['epoch']} by a run of "
+            f"{recorded} process(es), each reading its shard of the data, but this run has "
+            f"{current}: the samples that epoch has left belong to {recorded} shards. Restart "
+            f"with {recorded} process(es) to finish it (a backup at an epoch's end, "
+            '`save_freq="epoch"`, resumes with any number), or start afresh in another '
+            "backup folder."
+        )
+    return {**state, "shard": [iterator.shard.index, current]}
