@@ -14,23 +14,31 @@ order from. On restart it loads the record for the epoch and step Keras
 resumes at, so that every step trains the batch, augmentation and order of
 the uninterrupted run (`remote_keras.keras2.call_order`), at the commits the
 first run read.
+
+Through `iterator.to_tf_dataset()` Keras draws no order (it calls no `len()`):
+the records say so, and a restore makes the dataset's next pass hold the rest of
+the epoch. Under `MultiWorkerMirroredStrategy`, with one shared backup folder as
+Keras 2's own callback expects, the chief writes the records for all workers
+(`remote_keras.keras2.backup_records`). There tf.distribute splits each batch of
+a worker's shard into as many steps as there are workers (the per-worker steps
+Keras counts): a backup in steps is then taken once the batch ends, so that it
+resumes where a batch begins.
 """
 
 from __future__ import annotations
 
-import json
 import posixpath
 import random
 import warnings
 from typing import Any
 
-from remote_keras.keras2 import keras_api
+from remote_keras.keras2 import backup_records, keras_api
+from remote_keras.keras2.backup_records import RECORDS_FILE, RECORDS_FORMAT
 from remote_keras.keras2.call_order import keras2_resumption
 from remote_keras.keras_agnostic.fit_order import json_random_state, python_random_state, shuffled
 from remote_keras.keras_agnostic.resume import Resumption
 
-RECORDS_FILE = "remote_keras_iterator.json"
-RECORDS_FORMAT = 2
+__all__ = ["RECORDS_FILE", "RECORDS_FORMAT", "BackupAndRestore"]
 # Keras 2's own methods this callback extends (keras/src/callbacks.py of Keras 2.15, lines
 # 1934-1935 and 1976-1977; tf_keras 2.21 alike): `_backup(epoch, batch)`, the one place it
 # writes a backup, and `_implements_train_batch_hooks`, which must say yes for the first
@@ -86,6 +94,10 @@ class BackupAndRestore(keras_api.BackupAndRestore):
         # the next epoch's ahead if it is still running once `fit` took the epoch's batches).
         self._extra_draws: int | None = None
         self._arm_next: tuple[int, tuple] | None = None  # (epoch, state) to draw it from
+        self._reads: str | None = None  # "sequence" (Keras asks indices) or "dataset"
+        self._per_batch = 1  # Keras's steps per batch of the iterator (tf.distribute's split)
+        self._deferred = False  # a backup in steps waits for the end of the batch
+        self._writes = True  # this process writes the records (the chief)
 
     def _implements_train_batch_hooks(self) -> bool:
         return True  # each epoch's first step tells how its order was drawn
@@ -94,7 +106,12 @@ class BackupAndRestore(keras_api.BackupAndRestore):
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         super().on_train_begin(logs)  # Keras restores the model and where it resumes
-        self._pending = self._read()
+        steps = (self.params or {}).get("steps")
+        self._per_batch = steps_per_batch(self.save_freq, steps, self.train_iterator)
+        self._writes = keras_api.writes_checkpoints(self.model)
+        if self._writes:
+            backup_records.remove_stale(self.state_path)
+        self._pending = backup_records.read(self.state_path, self.train_iterator.shard.count)
         self._records = list(self._pending or [])  # a kill before Keras's next backup needs them
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
@@ -121,21 +138,41 @@ class BackupAndRestore(keras_api.BackupAndRestore):
         if self._first_step:
             self._first_step = False
             self._observe_draw()
-        super().on_train_batch_end(batch, logs)  # may back up (`_backup`)
+        super().on_train_batch_end(batch, logs)  # may back up (`_backup`), or defer it
+        if self._deferred and (int(batch) + 1) % self._per_batch == 0:
+            self._deferred = False
+            self._backup(self._epoch, batch)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if self._first_step and self._per_batch > 1:
+            raise ValueError(
+                f"fit's data ran out at the start of epoch {epoch}: with `steps_per_epoch`, "
+                "Keras 2 reads one dataset on from epoch to epoch. Pass "
+                "`iterator.to_tf_dataset().repeat()` (each pass is the next epoch)."
+            )
+        super().on_epoch_end(epoch, logs)
 
     def on_train_end(self, logs: dict | None = None) -> None:
         self.train_iterator._draws.disarm()
         if self._pending:  # Keras resumed after the last epoch: nothing left to train
             latest = self._pending[-1]
             self._pending = None
-            self.train_iterator._load_resumption(latest["train"], lambda length: None)
+            self.train_iterator._load_resumption(self._mine(latest["train"]), lambda length: None)
         super().on_train_end(logs)
-        if getattr(self, "delete_checkpoint", True) and keras_api.gfile.exists(self.state_path):
+        deletes = getattr(self, "delete_checkpoint", True) and self._writes
+        if deletes and keras_api.gfile.exists(self.state_path):
             keras_api.gfile.remove(self.state_path)
 
     def _backup(self, epoch: int, batch: int = 0) -> None:
+        if self.save_freq != "epoch" and (int(batch) + 1) % self._per_batch:
+            self._deferred = True  # mid-batch: the step that ends the batch backs up
+            return
         self._write(self._record(epoch, batch))  # first: Keras's backup always has its record
         super()._backup(epoch=epoch, batch=batch)
+
+    def _mine(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A record's iterator state (the chief's) for this worker's shard."""
+        return backup_records.for_shard(state, self.train_iterator.shard.index)
 
     # ---------------------------------------------------------------- records
 
@@ -152,11 +189,12 @@ class BackupAndRestore(keras_api.BackupAndRestore):
             resume, done, state = epoch, batch + 1, self._drawn
         return {
             "epoch": resume,
-            "batch": done,
+            "batch": done,  # Keras's steps; the iterator's batches in `train`
+            "reads": self._reads,
             "fit_shuffle": self._fit_shuffle,
             "extra_draws": self._extra_draws,
             "python_random": None if state is None else json_random_state(state),
-            "train": self.train_iterator.state_dict(epoch=resume, batch=done),
+            "train": self.train_iterator.state_dict(epoch=resume, batch=done // self._per_batch),
         }
 
     def _observe_draw(self) -> None:
@@ -164,6 +202,10 @@ class BackupAndRestore(keras_api.BackupAndRestore):
         draws = self.train_iterator._draws
         draws.disarm()
         length = self.train_iterator._length()
+        if not draws.asked():  # no `len()`: Keras reads `to_tf_dataset()`, and draws no order
+            self._reads, self._drawn, self._fit_shuffle = "dataset", None, False
+            return
+        self._reads = "sequence"
         state, shuffle = draws.drawn_from(length)
         if state is None:
             warnings.warn(
@@ -186,29 +228,12 @@ class BackupAndRestore(keras_api.BackupAndRestore):
             self._write(None)
 
     def _write(self, record: dict[str, Any] | None) -> None:
-        """Writes the last two records (with `record` added) atomically."""
+        """Writes the last two records (with `record` added) atomically; the chief's alone."""
         if record is not None:
             self._records = [*self._records[-1:], record]
-        folder = posixpath.dirname(self.state_path) or "."
-        keras_api.gfile.makedirs(folder)
-        temporary = self.state_path + ".tmp"
-        with keras_api.gfile.GFile(temporary, "w") as f:
-            json.dump({"format": RECORDS_FORMAT, "records": self._records}, f)
-        keras_api.gfile.rename(temporary, self.state_path, overwrite=True)
-
-    def _read(self) -> list[dict[str, Any]] | None:
-        if not keras_api.gfile.exists(self.state_path):
-            return None
-        with keras_api.gfile.GFile(self.state_path, "r") as f:
-            saved = json.load(f)
-        if saved.get("format") != RECORDS_FORMAT:
-            warnings.warn(
-                f"{self.state_path} was written by another version of remote_keras: the "
-                "iterator starts from the epoch Keras resumes at.",
-                stacklevel=2,
-            )
-            return []
-        return list(saved["records"])
+        if self._writes:
+            shards = self.train_iterator.shard.count
+            backup_records.write(self.state_path, self._records, shards)
 
     def _resume(self, epoch: int, step: int) -> None:
         """Continues the stream where Keras resumes, at step `step` of `epoch`."""
@@ -228,6 +253,14 @@ class BackupAndRestore(keras_api.BackupAndRestore):
             iterator.set_epoch(epoch)
             return
         record = found[-1]
+        if record.get("reads") == "dataset":  # the dataset's next pass holds the rest
+            self._reads, self._drawn, self._fit_shuffle = "dataset", None, False
+            done = int(record["train"]["batch"])
+            iterator._load_resumption(
+                self._mine(record["train"]),
+                lambda length: Resumption(epoch, tuple(range(done, length))) if done else None,
+            )
+            return
         saved_state = record["python_random"]
         state = None if saved_state is None else python_random_state(saved_state)
         shuffle = record["fit_shuffle"] is not False  # Keras's default when not yet seen
@@ -250,4 +283,42 @@ class BackupAndRestore(keras_api.BackupAndRestore):
         def rest(length: int) -> Resumption | None:  # batches per epoch at the record's commits
             return keras2_resumption(epoch, step, length, shuffle, state) if step else None
 
-        iterator._load_resumption(record["train"], rest)
+        iterator._load_resumption(self._mine(record["train"]), rest)
+
+
+def steps_per_batch(save_freq: Any, steps: int | None, iterator: Any) -> int:
+    """Keras 2's training steps per batch of `iterator`, where a backup in steps needs them.
+
+    Args:
+        save_freq: The callback's `save_freq`.
+        steps: `fit`'s steps per epoch (`None`: unknown).
+        iterator: The iterator `fit` trains on, itself or through `to_tf_dataset()`.
+
+    Returns:
+        1, or the number of workers where tf.distribute splits each batch of a
+        worker's shard between all replicas (`to_tf_dataset()` under
+        `MultiWorkerMirroredStrategy`: one step per worker).
+
+    Raises:
+        ValueError: `save_freq` in steps, and `fit`'s steps per epoch unknown or
+            not those of the iterator: Keras 2 could not resume mid-epoch.
+    """
+    if save_freq == "epoch":
+        return 1
+    shard, length = iterator.shard, iterator._length()
+    split = shard.count if shard.count > 1 and keras_api.multi_worker_scope() else 1
+    if steps is None or (split > 1 and steps != length * split):
+        # Keras 2 resumes a backup saved mid-epoch at `batch + 1` unless `batch` was the
+        # epoch's last step, which it tells from `fit`'s steps per epoch
+        # (`keras/src/distribute/worker_training_state.py` lines 207-216 of Keras 2.15):
+        # unknown for a dataset of unknown size (a sharded `to_tf_dataset()`).
+        expected = "len(iterator)" + (" * iterator.shard.count" if split > 1 else "")
+        raise ValueError(
+            f"BackupAndRestore(save_freq={save_freq!r}) resumes mid-epoch, which needs fit's "
+            f"steps per epoch: {length * split} here ({length} batches"
+            + (f", each split by tf.distribute into {split} steps" if split > 1 else "")
+            + f"), but fit counts {steps}. Pass `steps_per_epoch={expected}`"
+            + (" and `iterator.to_tf_dataset().repeat()`" if split > 1 else "")
+            + ", or back up with save_freq='epoch'."
+        )
+    return split

@@ -124,6 +124,11 @@ class KerasDraws:
         with self._lock:
             self.seen = []
 
+    def asked(self) -> bool:
+        """Whether `len()` was called since `mark()` (Keras 2 reads the iterator itself)."""
+        with self._lock:
+            return bool(self.seen)
+
     def drawn_from(self, batches: int) -> tuple[tuple | None, bool | None]:
         """The state this epoch's order was drawn from, and whether Keras shuffled.
 

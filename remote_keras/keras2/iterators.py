@@ -17,6 +17,7 @@ kept (threads) for the next epoch, which hands them out.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any
 
@@ -27,6 +28,21 @@ from remote_keras.keras_agnostic.dataframe import DataFrameCore
 from remote_keras.keras_agnostic.directory import DirectoryCore
 from remote_keras.keras_agnostic.pixels import keras_pixels
 from remote_keras.pipeline.batches import Pixels
+
+# Set while `to_tf_dataset()` reads the batch that gives its spec: that read is ours, not fit's.
+_OWN_READ = threading.local()
+
+
+def split_again_message(shard: Any) -> str:
+    """Why a shard fed to Keras 2's multi-worker `fit` is refused (the Keras 3 front's words)."""
+    return (
+        f"This iterator reads shard {shard.index} of {shard.count} (from {shard.source}), but "
+        "under multi-worker tf.distribute Keras would split every batch between the workers "
+        f"again and train on only 1/{shard.count} of it. Pass `iterator.to_tf_dataset()` "
+        "instead (it keeps each worker's shard whole), or `num_shards=1` to read the whole "
+        "dataset on every worker. (Keras 2's fit reads the iterator inside "
+        "`strategy.scope()`: read `len(iterator)` or batches of your own outside it.)"
+    )
 
 
 class KerasHooks:
@@ -76,11 +92,44 @@ class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
             )
 
     def __len__(self) -> int:
-        """Batches per epoch (Keras 2 draws `fit(shuffle=True)`'s order right after asking)."""
+        """Batches per epoch (Keras 2 draws `fit(shuffle=True)`'s order right after asking).
+
+        Raises:
+            ValueError: A shard asked inside a multi-worker strategy's scope (module docstring).
+        """
+        self._refuse_split_again()
         draws = self.__dict__.get("_draws")
         if draws is not None:
             draws.at_len()
         return self._length()
+
+    def __getitem__(self, idx: int):
+        """Batch `idx` of the epoch (Keras 2's `fit` asks for batch 0 first, in its scope).
+
+        Raises:
+            ValueError: A shard asked inside a multi-worker strategy's scope (module docstring).
+        """
+        self._refuse_split_again()
+        return super().__getitem__(idx)
+
+    def to_tf_dataset(self) -> Any:
+        """Returns the batches of one epoch per pass, as a `tf.data.Dataset`.
+
+        See `remote_keras.keras_agnostic.tfdata.to_tf_dataset`; it may be called
+        inside `strategy.scope()`, and its dataset keeps each worker's shard whole.
+        """
+        _OWN_READ.active = True
+        try:
+            return super().to_tf_dataset()
+        finally:
+            _OWN_READ.active = False
+
+    def _refuse_split_again(self) -> None:
+        """Refuses a shard to Keras 2's multi-worker `fit`, before it trains a step."""
+        shard = self.shard
+        if shard.count > 1 and not getattr(_OWN_READ, "active", False):
+            if keras_api.multi_worker_scope():
+                raise ValueError(split_again_message(shard))
 
     def on_epoch_end(self) -> None:
         """Ends the epoch: the next batches come from the next epoch's order.

@@ -28,6 +28,7 @@ DataFrameIterator: Any = importlib.import_module(Iterator.__module__).DataFrameI
 Callback: Any = keras.callbacks.Callback
 BackupAndRestore: Any = keras.callbacks.BackupAndRestore
 gfile: Any = tf.io.gfile  # where Keras 2's BackupAndRestore writes (local paths and URLs)
+NotFoundError: Any = tf.errors.NotFoundError
 
 __all__ = [
     "BackupAndRestore",
@@ -36,11 +37,14 @@ __all__ = [
     "DirectoryIterator",
     "ImageDataGenerator",
     "Iterator",
+    "NotFoundError",
     "NumpyArrayIterator",
     "floatx",
     "gfile",
     "image_data_format",
+    "multi_worker_scope",
     "print_msg",
+    "writes_checkpoints",
 ]
 
 
@@ -64,3 +68,37 @@ def print_msg(message: str) -> None:
         from absl import logging as absl_logging
 
         absl_logging.info(message)
+
+
+def multi_worker_scope() -> bool:
+    """Whether this thread is in the scope of a `tf.distribute` strategy over several workers.
+
+    Keras 2's `fit`, `evaluate` and `predict` build their data handler inside
+    `model.distribute_strategy.scope()` (`keras/src/engine/training.py` lines
+    1741-1760 of Keras 2.15): there, a `Sequence` is read in this thread, `x[0]`
+    first (`keras/src/engine/data_adapter.py` lines 883 and 1035-1036), then
+    `len(x)` unless `steps_per_epoch` is given (lines 1068-1069 and 1475). The
+    scope is per thread: the batches Keras reads later, from tf.data's threads,
+    are read outside it. Public API only: `tf.distribute.has_strategy()` and the
+    strategy's `cluster_resolver` (chief and workers; evaluators read everything).
+    """
+    if not tf.distribute.has_strategy():
+        return False
+    resolver = getattr(tf.distribute.get_strategy(), "cluster_resolver", None)
+    if resolver is None:
+        return False
+    cluster = resolver.cluster_spec().as_dict()
+    members = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+    return members > 1 and resolver.task_type in ("chief", "worker")
+
+
+def writes_checkpoints(model: Any) -> bool:
+    """Whether this process writes the checkpoints of `model`'s strategy (its chief).
+
+    Keras 2's `BackupAndRestore` writes its real backup where
+    `strategy.extended.should_checkpoint` says so, and the other workers write to
+    temporary folders (`keras/src/distribute/worker_training_state.py` lines
+    95-119 of Keras 2.15). `True` without a strategy.
+    """
+    strategy = getattr(model, "distribute_strategy", None)
+    return True if strategy is None else bool(strategy.extended.should_checkpoint)

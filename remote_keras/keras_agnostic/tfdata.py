@@ -50,8 +50,13 @@ def to_tf_dataset(it: Any) -> Any:
 
     first = [as_tuple(it[0])]  # read once: for the spec, then as batch 0
     signature = spec(first[0])
+    read_at = (it._current_epoch(), it._resuming())
 
     def batches() -> Any:
+        if first and (it._current_epoch(), it._resuming()) != read_at:
+            # Restored since (Keras 2's `BackupAndRestore` restores when `fit` has begun, the
+            # dataset built): that batch 0 is another epoch's; the pass reads its own.
+            first.clear()
         for i in range(it.num_batches):  # fewer in an epoch resumed mid-way
             if i == 0 and first:
                 now = time.perf_counter()
