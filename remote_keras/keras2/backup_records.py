@@ -99,6 +99,6 @@ def remove_stale(path: str) -> list[str]:
     for name in stale:
         try:
             gfile.remove(name)
-        except keras_api.NotFoundError:  # removed meanwhile
+        except keras_api.MissingFileError:  # removed meanwhile
             pass
     return stale

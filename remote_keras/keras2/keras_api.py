@@ -28,7 +28,7 @@ DataFrameIterator: Any = importlib.import_module(Iterator.__module__).DataFrameI
 Callback: Any = keras.callbacks.Callback
 BackupAndRestore: Any = keras.callbacks.BackupAndRestore
 gfile: Any = tf.io.gfile  # where Keras 2's BackupAndRestore writes (local paths and URLs)
-NotFoundError: Any = tf.errors.NotFoundError
+MissingFileError: Any = tf.errors.NotFoundError  # what gfile raises for a missing file
 
 __all__ = [
     "BackupAndRestore",
@@ -37,7 +37,7 @@ __all__ = [
     "DirectoryIterator",
     "ImageDataGenerator",
     "Iterator",
-    "NotFoundError",
+    "MissingFileError",
     "NumpyArrayIterator",
     "floatx",
     "gfile",
