@@ -92,8 +92,12 @@ def test_a_state_from_other_data_is_refused_naming_the_difference(image_dir):
     with other_seed, pytest.raises(ValueError, match="seed=11"):
         other_seed.load_state_dict(state)
     with _iterator(local, df, num_shards=2, shard_index=1) as shard:
-        with pytest.raises(ValueError, match="shard"):
-            shard.load_state_dict(state)
+        # Mid-epoch, the samples left belong to the one shard of the run that saved it...
+        mid_epoch = dict(state, batch=1)
+        with pytest.raises(ValueError, match=r"run of 1 process\(es\).*this run has 2"):
+            shard.load_state_dict(mid_epoch)
+        shard.load_state_dict(dict(state, epoch=1))  # ...at an epoch's start, split anew
+        assert shard.epoch == 1 and shard.shard.count == 2
 
 
 # --------------------------------------------------------------------------- fit, in process

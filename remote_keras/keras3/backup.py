@@ -300,8 +300,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         if _SEEDS_EPOCHS and saved["fit_shuffle"]:
             replay = EpochSeededReplay(self._origin, epoch)
         # Keras counts a whole epoch's steps before `on_train_begin`, which counts the rest.
-        own = resume.own_shard(saved["train"], iterator, mid_epoch=bool(done))
-        iterator._load_state(own, state, counted=False, replay=replay)
+        iterator._load_state(saved["train"], state, counted=False, replay=replay)
         self._epoch, self._offset, self._done = epoch, done, done
         self._last_batch_seen = done - 1 if done else 0  # Keras counts batches from here
         self._set_random_at = epoch + 1 if done and saved["fit_shuffle"] else None

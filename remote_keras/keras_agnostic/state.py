@@ -187,9 +187,14 @@ class StateMixin:
                 state again. By default, index `i` of the interrupted epoch
                 returns its `state["batch"] + i`-th batch.
 
+        Several processes of one run are at the same position, each in its own
+        shard: a state saved by any of them serves all (each continues its own
+        shard), also with another number of processes at an epoch's start.
+
         Raises:
             ValueError: The state was saved from different data (another file
-                list, seed, batch size or shard), naming what differs.
+                list, seed or batch size), or in the middle of an epoch by a
+                run of another number of processes, naming what differs.
         """
         self._load_state(state, fit_random_state, counted=True)
 
@@ -226,6 +231,8 @@ class StateMixin:
     ) -> None:
         """Loads `state`; `rest(batches per epoch)` orders the rest of its epoch (a front's)."""
         self._ensure_process()
+        # Another process's record of the same run serves this shard (`resume.own_shard`).
+        state = resume.own_shard(state, self, mid_epoch=bool(state["batch"]))
         self._repin([LakeFSPin(**pin) for pin in state.get("lakefs_pins", [])])
         resume.check_compatible(self, state)  # the file list is the one read at those commits
         target = (int(state["epoch"]), int(state["batch"]), rest(self._length()))
