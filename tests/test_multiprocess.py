@@ -102,7 +102,22 @@ class Cluster:
         for proxy in self.proxies:
             proxy.reset()  # a killed run's last reads are not the next run's
         running = []
+        workers = json.dumps([f"127.0.0.1:{_free_port()}" for _ in range(processes)])
         for p in range(processes):
+            if self.engine == "mwms":  # TensorFlow's multi-worker custom loop, Keras 3
+                command = [
+                    sys.executable, os.path.join(ROOT, "tests", "mwms_run.py"),
+                    "--workers", workers, "--process", str(p),
+                    "--directory", self.url, "--storage-options", json.dumps(self.options[p]),
+                    "--backup", str(backup), "--record", str(paths[p]),
+                    "--epochs", str(extra.get("epochs", EPOCHS)), "--batch", str(BATCH),
+                ]  # fmt: skip
+                if kill is not None and kill[0] == p:
+                    command += ["--kill", str(kill[1])]
+                running.append(
+                    subprocess.Popen(command, env=env, stdout=logs[p], stderr=subprocess.STDOUT)
+                )
+                continue
             command = [
                 sys.executable, os.path.join(ROOT, "tests", "multiprocess_run.py"),
                 "--coordinator", coordinator, "--process", str(p),
@@ -253,3 +268,37 @@ def test_a_restart_with_fewer_processes_mid_epoch_is_refused_naming_both_counts(
     assert codes == [1]
     said = c.last_outputs[0]
     assert "by a run of 2 process(es)" in said and "this run has 1" in said, said[-2000:]
+
+
+def test_multi_worker_mirrored_custom_loop_killed_and_resumed_continues_each_stream(
+    cluster, tmp_path
+):
+    """Keras 3 under MultiWorkerMirroredStrategy: the guide's loop and its resume recipe."""
+    pytest.importorskip("tensorflow")
+    c = cluster("mwms", 20)  # 10 images per worker: batches 4, 4, 2, each split over 2 steps
+    epochs, steps_per_epoch = 3, 6
+    reference, codes, _ = c.run("reference", tmp_path / "unused", epochs=epochs)
+    assert codes == [0, 0], c.failure(codes)
+    everything = {f"{c.url}/{row['filename']}" for row in c.rows}
+    for epoch in range(epochs):  # each worker its half, once per epoch, counted at its proxy
+        halves = [[line for line in r if line.get("phase") == epoch][0] for r in reference]
+        assert [h["gets"] for h in halves] == [10, 10]
+        assert not set(halves[0]["reads"]) & set(halves[1]["reads"])
+        assert set(halves[0]["reads"]) | set(halves[1]["reads"]) == everything
+    backup = tmp_path / "backup"
+    # Saved every 2 steps where a worker's batch ends; killed after step 8 (epoch 1): the
+    # last checkpoint is after step 7, the restart trains from step 8 on.
+    crashed, codes, exit_s = c.run("crashed", backup, kill=(1, 8), epochs=epochs)
+    assert codes[1] == -9
+    assert codes[0] not in (0, None) and exit_s is not None and exit_s < 60, c.failure(codes)
+    resumed, codes, _ = c.run("resumed", backup, epochs=epochs)
+    assert codes == [0, 0], c.failure(codes)
+    restart = 8
+    for p in range(PROCESSES):
+        before, after, whole = _steps(crashed[p]), _steps(resumed[p]), _steps(reference[p])
+        assert len(whole) == epochs * steps_per_epoch
+        assert before[:restart] == whole[:restart]
+        assert after == whole[restart:]
+        # Nothing trained before the restart is read again: one GET per image left.
+        assert sum(line["gets"] for line in _phases(resumed[p])) == sum(len(s) for s in after)
+    assert resumed[0][-1] == resumed[1][-1] == reference[0][-1]

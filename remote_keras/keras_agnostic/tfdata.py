@@ -7,8 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from remote_keras import errors
-
 
 def to_tf_dataset(it: Any) -> Any:
     """Returns the batches of one epoch of `it` per pass, as a `tf.data.Dataset`.
@@ -29,11 +27,9 @@ def to_tf_dataset(it: Any) -> Any:
         first pass holds the rest of that epoch, and its `cardinality()`
         still reports whole epochs, from which Keras counts every epoch's
         steps (`keras/src/trainers/data_adapters/tf_dataset_adapter.py`,
-        `num_batches`, Keras 3.8 to 3.15); the resumed pass ends early.
-
-    Raises:
-        ValueError: A sharded iterator restored mid-epoch (its dataset's
-            steps are counted by tf.distribute).
+        `num_batches`, Keras 3.8 to 3.15); the resumed pass ends early. A
+        sharded iterator's resumed pass is likewise the rest of its shard's
+        epoch (a `tf.distribute` custom loop runs it to its end).
     """
     import tensorflow as tf
 
@@ -67,21 +63,16 @@ def to_tf_dataset(it: Any) -> Any:
         it._end_pass()  # the next pass is the next epoch
 
     resumed = it._resuming()
-    if resumed and it.shard.count > 1:
-        raise ValueError(
-            f"Shard {it.shard.index} of {it.shard.count} of {errors.redact(str(it.directory))} "
-            "was restored mid-epoch, but a sharded `to_tf_dataset()` cannot resume mid-epoch "
-            "(tf.distribute counts its steps). Back up with save_freq='epoch'."
-        )
     dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
+    if it.shard.count > 1:
+        # The files are split already: tf.distribute must not split the batches again (also
+        # when resumed). Its steps per epoch depend on the replicas: cardinality unknown.
+        options = tf.data.Options()
+        policy = tf.data.experimental.AutoShardPolicy.OFF
+        options.experimental_distribute.auto_shard_policy = policy
+        return dataset.with_options(options)
     if resumed:
         whole = len(it)
         dataset.cardinality = lambda: tf.constant(whole, tf.int64)  # Keras's steps per epoch
         return dataset
-    if it.shard.count == 1:
-        return dataset.apply(tf.data.experimental.assert_cardinality(len(it)))
-    # The files are split already: tf.distribute must not split the batches again. Its steps
-    # per epoch then depend on the replicas, so the cardinality stays unknown.
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return dataset.with_options(options)
+    return dataset.apply(tf.data.experimental.assert_cardinality(len(it)))
