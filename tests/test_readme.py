@@ -89,6 +89,10 @@ NOT_RUN = {
         "tests/test_sharding.py::test_two_multi_worker_mirrored_workers_read_disjoint_shards_of_s3 "
         "runs this loop in two processes"
     ),
+    "import json, tempfile": (
+        "continues the loop above, in its TF_CONFIG cluster; tests/mwms_run.py runs this recipe "
+        "in two processes, killed and resumed (tests/test_multiprocess.py)"
+    ),
 }
 
 
