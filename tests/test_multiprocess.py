@@ -302,3 +302,24 @@ def test_multi_worker_mirrored_custom_loop_killed_and_resumed_continues_each_str
         # Nothing trained before the restart is read again: one GET per image left.
         assert sum(line["gets"] for line in _phases(resumed[p])) == sum(len(s) for s in after)
     assert resumed[0][-1] == resumed[1][-1] == reference[0][-1]
+
+
+def test_a_backup_at_an_epochs_end_resumes_with_fewer_processes_reading_every_image_once(
+    cluster, tmp_path
+):
+    """Elastic 2 -> 1 at an epoch boundary: the next epochs are split among those there are."""
+    c = cluster("dataframe", 20)
+    backup = tmp_path / "backup"
+    crashed, codes, _ = c.run("crashed", backup, kill=(1, 4), epochs=3, save_freq="epoch")
+    assert codes[1] == -9
+    assert [line["phase"] for line in _phases(crashed[0])] == ["build", 0]  # epoch 0 backed up
+    alone, codes, _ = c.run("alone", backup, processes=1, epochs=3, save_freq="epoch")
+    assert codes == [0], c.failure(codes)
+    everything = {f"{c.url}/{row['filename']}" for row in c.rows}
+    phases = _phases(alone[0])
+    assert [line["phase"] for line in phases] == ["build", 1, 2]  # epoch 0 is not trained again
+    reads = [line["reads"] for line in phases]
+    assert sorted(reads[0] + reads[1]) == sorted(everything)  # epoch 1: each image once
+    assert sorted(reads[2]) == sorted(everything)
+    assert sum(line["gets"] for line in phases) == 2 * len(everything)
+    assert sum(len(step) for step in _steps(alone[0])) == 2 * len(everything)
