@@ -243,10 +243,7 @@ def missing_backend(url: str, cause: ImportError) -> MissingBackendError:
     protocol = url.split("::")[-1].split("://", 1)[0] if "://" in url else "file"
     if protocol in EXTRAS_BY_PROTOCOL:
         extra, packages = EXTRAS_BY_PROTOCOL[protocol]
-        hint = (
-            f'pip install "remote-keras[{extra}]", which installs {packages} (in a clone of '
-            f"remote_keras: pip install '.[{extra}]')"
-        )
+        hint = f'pip install ".[{extra}]" in a clone of remote_keras, which installs {packages}'
     else:
         hint = "install the fsspec implementation for this protocol"
     return MissingBackendError(

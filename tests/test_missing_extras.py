@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import pickle
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -34,7 +35,7 @@ def hide(monkeypatch, module: str, protocols: tuple[str, ...] = ()) -> None:
 
 
 def install_line(extra: str, package: str) -> str:
-    return rf'pip install "remote-keras\[{extra}\]", which installs .*{package}'
+    return rf'pip install "\.\[{extra}\]" in a clone of remote_keras, which installs .*{package}'
 
 
 CLIENTS = [
@@ -118,5 +119,16 @@ def test_format_grain_without_grain_names_the_extra(monkeypatch, tmp_path):
     hide(monkeypatch, "grain")
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "x.png").write_bytes(noise_png(0))
-    with pytest.raises(rk.MissingBackendError, match=r'pip install "remote-keras\[grain\]"'):
+    with pytest.raises(rk.MissingBackendError, match=r'pip install "\.\[grain\]" in a clone'):
         rk.image_dataset_from_directory(tmp_path, format="grain")
+
+
+def test_every_install_line_can_run_from_a_clone():
+    """No page or message names a `remote-keras[...]` package: none is on the package index
+    (anyone could publish one); every install line is the clone's `pip install ".[extra]"`."""
+    root = Path(__file__).parents[1]
+    places = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    places += sorted((root / "remote_keras").rglob("*.py"))
+    places += sorted((root / "docs" / "notebooks").glob("*.ipynb"))
+    naming = [str(p.relative_to(root)) for p in places if "remote-keras[" in p.read_text()]
+    assert naming == []

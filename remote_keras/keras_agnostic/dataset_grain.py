@@ -182,8 +182,8 @@ def require() -> None:
         import grain  # noqa: F401
     except ImportError as exc:
         raise errors.MissingBackendError(
-            f'format="grain" needs the grain package ({exc}). Fix: pip install '
-            "\"remote-keras[grain]\" (in a clone of remote_keras: pip install '.[grain]')"
+            f'format="grain" needs the grain package ({exc}). Fix: pip install ".[grain]" in a '
+            "clone of remote_keras, which installs grain"
         ) from exc
 
 

