@@ -43,3 +43,15 @@ def test_each_module_relying_on_kerass_call_order_names_the_lines_it_relies_on()
     for module in modules:
         source = (ROOT / "remote_keras" / module).read_text()
         assert re.search(r"\blines? \d+", source), f"{module} names no Keras source line"
+
+
+def test_every_test_file_the_docs_name_exists():
+    """A page pointing a reader at a test file that is not there (`tests/test_gcs.py` was)."""
+    root = Path(__file__).parents[1]
+    pages = [root / "README.md", root / "CONTRIBUTING.md", *sorted((root / "docs").rglob("*.md"))]
+    named = {
+        (str(page.relative_to(root)), path)
+        for page in pages
+        for path in re.findall(r"\btests/[\w/]+\.py\b", page.read_text())
+    }
+    assert sorted(n for n in named if not (root / n[1]).exists()) == []
