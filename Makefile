@@ -4,7 +4,8 @@
 #                 `make test-keras2` (what CI runs)
 # and:
 #   make test-fast   - lint and every test except `slow` ones and the `network` suites that
-#                      download from the package index (under a minute)
+#                      download from the package index (about a minute on an idle 2-core
+#                      machine, two when it is loaded)
 #   make test-oldest - the parity, concurrency, generator and sharding tests on the oldest
 #                      supported Keras/TensorFlow pair (.ci/constraints-oldest.txt), in
 #                      .venv-oldest (created on first use, reused while the pins are unchanged)
