@@ -29,6 +29,15 @@ def test_notebook_executes(path):
         if output.get("output_type") == "error"
     ]
     assert not errors
+    # tqdm's notebook bar needs ipywidgets; without it the package's bars are text, not a
+    # "TqdmWarning: IProgress not found" in the user's notebook.
+    said = [
+        output.get("text", "")
+        for cell in notebook.cells
+        for output in cell.get("outputs", [])
+        if output.get("name") == "stderr"
+    ]
+    assert not [text for text in said if "IProgress not found" in text]
 
 
 @pytest.mark.slow

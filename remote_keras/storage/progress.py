@@ -12,11 +12,15 @@ environment variable `TQDM_DISABLE=1`.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
 import threading
 
-from tqdm.auto import tqdm
+if importlib.util.find_spec("ipywidgets") is not None:
+    from tqdm.auto import tqdm  # a notebook widget in Jupyter, text elsewhere
+else:  # tqdm.auto in Jupyter without ipywidgets warns "IProgress not found": a text bar
+    from tqdm.std import tqdm
 
 DELAY_S = 2.0
 REFRESH_S = 0.5
