@@ -589,7 +589,8 @@ def test_two_jax_processes_fit_image_dataset_from_directory_on_s3(
     said = [" ".join(r["warnings"]) for r in results]
     assert all("using seed=0 so that all workers shuffle alike" in text for text in said)
     # Per process: {phase: {file: reads}}. Keras's JAX trainer builds its state from the first
-    # batch of a pass it then drops ("build"): the look-ahead of that pass is read too.
+    # batch of a pass it then drops ("build"): what that pass read is carried into epoch 0
+    # where the package shards the files; where Keras splits the batches, it is read again.
     reads = []
     for r in results:
         per_phase: dict = {}
@@ -610,14 +611,16 @@ def test_two_jax_processes_fit_image_dataset_from_directory_on_s3(
         assert [[len(b) for b in r["handed"]] for r in results] == [[4, 2], [4, 2]]
         assert not any("auto_shard_dataset=False" in text for text in said)
         for epoch in (0, 1):
-            halves = [per_phase[epoch] for per_phase in reads]
+            halves = []
+            for per_phase in reads:  # the build's reads count for epoch 0, whose bytes they are
+                half = dict(per_phase.get(epoch, {}))
+                for path, n in per_phase.get("build", {}).items() if epoch == 0 else ():
+                    half[path] = half.get(path, 0) + n
+                halves.append(half)
             assert [len(h) for h in halves] == [count // 2] * 2
-            assert all(set(h.values()) == {1} for h in halves)
+            assert all(set(h.values()) == {1} for h in halves)  # once each, build included
             assert not set(halves[0]) & set(halves[1])
             assert len(set(halves[0]) | set(halves[1])) == count
-        for per_phase in reads:
-            assert set(per_phase) == {0, 1, "build"}
-            assert set(per_phase["build"]) <= set(per_phase[0])  # its own half only
         assert [r["steps"] for r in results] == [[2, 2], [2, 2]]
     assert results[0]["weights"] == pytest.approx(results[1]["weights"])  # one model, in sync
     assert results[0]["loss"] == pytest.approx(results[1]["loss"])

@@ -17,10 +17,12 @@ Per pass over the dataset (an epoch):
    parallel map; samples whose decode fails are dropped (`ignore_errors`).
 4. Keras's JAX and PyTorch trainers build an unbuilt model from the first
    batch of a pass they then abandon, after TensorFlow's prefetch has pulled
-   several chunks. The bytes a pass fetched in its first `_CARRIED_CHUNKS`
-   look-aheads are kept when it ends before its last chunk
-   (`pipeline.carried`): the next pass takes them instead of a second GET
-   (its order differs, its files do not), and drops what it does not take.
+   several chunks (a small dataset's whole epoch). The bytes a pass fetched
+   in its first `_CARRIED_CHUNKS` look-aheads are kept (`pipeline.carried`);
+   if its consumer took at most `_ABANDONED_AT` batches by the time the next
+   pass begins (counted after the last prefetch, `consumed`), the next pass
+   takes them instead of a second GET (its order differs, its files do not),
+   and drops what it does not take; otherwise they are dropped then.
 5. After batching, `EpochReader.observe` sees which positions of the order
    arrived: a gap or a placeholder is a sample that failed, raised (naming its URL) with
    `on_error="raise"`, recorded in `dataset.skipped` with `"skip"`. A
@@ -62,6 +64,8 @@ _KEPT_EPOCHS = 8  # epochs whose account is kept (passes abandoned half-way are 
 # pass, should this one be abandoned: TensorFlow's prefetch pulls chunks past the look-ahead
 # before Keras's JAX and PyTorch trainers abandon the pass they build the model from.
 _CARRIED_CHUNKS = 2
+# Batches a pass may hand to its consumer and still be one Keras abandons (to build the model).
+_ABANDONED_AT = 2
 
 
 class EpochReader:
@@ -81,6 +85,7 @@ class EpochReader:
         self._lock = threading.Lock()
         self.passes = dataset_resume.Passes()
         self.skips = SkipLog()  # this dataset's own (`subset="both"` makes two readers)
+        self._consumed = 0  # batches the consumer took from the pass in progress
         # TensorFlow's reason a body does not decode (set by `build`), for the error.
         self.explain: Callable[[bytes], str | None] | None = None
 
@@ -103,8 +108,11 @@ class EpochReader:
         starts = iter(range(0, len(order), self.chunk))
         since = interrupts.count()
         carried = self.files.fetcher.carried
+        with self._lock:  # the last pass is over for its consumer: was it abandoned at once?
+            abandoned, self._consumed = 0 < self._consumed <= _ABANDONED_AT, 0
+        carried.end_pass(cut_short_at_one=abandoned)
         carried.record()  # kept for the next pass if Keras abandons this one (module docstring)
-        submitted, completed = 0, False
+        submitted = 0
         try:
             while True:
                 for start in itertools.islice(starts, depth - len(pending)):
@@ -130,9 +138,7 @@ class EpochReader:
                 np.array([-1]),
                 np.array([_SENTINEL], dtype=object),
             )
-            completed = True
         finally:
-            carried.end_pass(cut_short_at_one=not completed)
             stop.set()
             chunks.shutdown(wait=False, cancel_futures=True)
             requests.shutdown(wait=False, cancel_futures=True)
@@ -157,6 +163,12 @@ class EpochReader:
                     body = b""
             data[j] = body
         return np.full(len(results), token), positions, indices, data
+
+    def consumed(self) -> np.bool_:
+        """The consumer took a batch (called after the dataset's last prefetch)."""
+        with self._lock:
+            self._consumed += 1
+        return np.bool_(True)
 
     def observe(self, tokens: np.ndarray, positions: np.ndarray) -> np.bool_:
         """Accounts for a batch's positions: gaps before them failed (raise, or skip).

@@ -175,5 +175,14 @@ def build(
         batches = batches.apply(tf.data.experimental.assert_cardinality(count))
     batches = batches.prefetch(tf.data.AUTOTUNE)
 
+    def consumed(*values: Any) -> Any:  # after the prefetch: runs as the consumer takes a batch
+        taken = tf.numpy_function(reader.consumed, [], tf.bool, stateful=True)
+        with tf.control_dependencies([taken]):
+            kept = tuple(tf.identity(value) for value in values)
+        return kept if len(kept) > 1 else kept[0]
+
+    if not batch_size_visible:  # a map would hide the batch size again: no count, no carry
+        batches = batches.map(consumed)
+
     dataset_resume.attach(batches, order, n, reader.passes, seed)
     return batches
