@@ -7,6 +7,7 @@ import hashlib
 import importlib.util
 import io
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -253,3 +254,14 @@ def run_script(script: str, cwd: Any, **env: str) -> subprocess.CompletedProcess
         cwd=cwd,
         env=dict(os.environ, PYTHONPATH=root, **env),
     )
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports on 127.0.0.1 (all bound at once, then released)."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports

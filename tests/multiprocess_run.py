@@ -23,11 +23,9 @@ over the whole run, in this process) and its backup, as a crash would.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import signal
-import urllib.request
 
 os.environ["KERAS_BACKEND"] = "jax"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -66,34 +64,18 @@ def main() -> None:
     import numpy as np
 
     import remote_keras as rk
-    from remote_keras.storage.loaders import FsspecLoader
+    from tests.process_record import Record, digest
 
     options = json.loads(args.storage_options)
-    endpoint = options["client_kwargs"]["endpoint_url"]
-    record = open(args.record, "a", buffering=1)  # a line per write: survives SIGKILL
-    reads: list[str] = []
-
-    def write(line: dict) -> None:
-        record.write(json.dumps(line) + "\n")
-
-    def gets() -> int:
-        with urllib.request.urlopen(endpoint + "/__proxy__/counts?reset=1") as answer:
-            return json.load(answer).get("GET", 0)
-
-    class RecordingLoader(FsspecLoader):
-        def load_many(self, paths, executor=None):
-            reads.extend(paths)
-            return super().load_many(paths, executor=executor)
-
-    def digest(array) -> str:
-        return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()[:16]
+    record = Record(args.record, options)
+    write = record.write
 
     def local(array) -> np.ndarray:
         """This process's rows of a global (sharded) batch."""
         return np.concatenate([np.asarray(s.data) for s in array.addressable_shards])
 
     keras.distribution.set_distribution(keras.distribution.DataParallel(auto_shard_dataset=False))
-    loader = RecordingLoader(options)
+    loader = record.loader
     size, batch = (8, 8), args.batch
     if args.engine in ("dataframe", "directory"):
         gen = rk.ImageDataGenerator(rescale=1 / 255, horizontal_flip=True, storage_options=options)
@@ -125,10 +107,7 @@ def main() -> None:
             self.phase(epoch)
 
         def phase(self, name) -> None:
-            stats = getattr(train, "stats", None)
-            write({"phase": name, "reads": sorted(reads), "gets": gets(),
-                   "stats": None if stats is None else str(stats)})  # fmt: skip
-            reads.clear()
+            record.phase(name)
 
         def on_train_batch_end(self, batch, logs=None):
             Recorder.steps += 1

@@ -15,12 +15,10 @@ the process after training step STEP (from 0, this run) and its save.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import signal
 import tempfile
-import urllib.request
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -49,34 +47,18 @@ def main() -> None:
     import tensorflow as tf
 
     import remote_keras as rk
-    from remote_keras.storage.loaders import FsspecLoader
+    from tests.process_record import Record, digest
 
     options = json.loads(args.storage_options)
-    endpoint = options["client_kwargs"]["endpoint_url"]
-    record = open(args.record, "a", buffering=1)
-    reads: list[str] = []
-
-    def write(line: dict) -> None:
-        record.write(json.dumps(line) + "\n")
-
-    def gets() -> int:
-        with urllib.request.urlopen(endpoint + "/__proxy__/counts?reset=1") as answer:
-            return json.load(answer).get("GET", 0)
-
-    def digest(array) -> str:
-        return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()[:16]
-
-    class RecordingLoader(FsspecLoader):
-        def load_many(self, paths, executor=None):
-            reads.extend(paths)
-            return super().load_many(paths, executor=executor)
+    record = Record(args.record, options)
+    write = record.write
 
     tf.config.experimental.enable_op_determinism()
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     gen = rk.ImageDataGenerator(rescale=1 / 255, horizontal_flip=True, storage_options=options)
     train = gen.flow_from_directory(
         args.directory, target_size=(8, 8), batch_size=args.batch, seed=1,
-        loader=RecordingLoader(options),
+        loader=record.loader,
     )  # fmt: skip
     with strategy.scope():
         keras.utils.set_random_seed(0)
@@ -129,8 +111,7 @@ def main() -> None:
                 manager.save()
             if args.kill is not None and steps - 1 == args.kill:
                 os.kill(os.getpid(), signal.SIGKILL)
-        write({"phase": epoch, "reads": sorted(reads), "gets": gets()})
-        reads.clear()
+        record.phase(epoch)
     weights = np.concatenate([np.ravel(w) for w in model.get_weights()])
     write({"weights": digest(weights)})
 

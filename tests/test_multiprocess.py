@@ -17,7 +17,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ import pytest
 from PIL import Image
 
 from remote_keras.testing import CountingProxy
-from tests.helpers import needs_jax, put_objects
+from tests.helpers import free_ports, needs_jax, put_objects
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROCESSES, EPOCHS, BATCH = 2, 2, 4
@@ -36,12 +35,6 @@ PROCESSES, EPOCHS, BATCH = 2, 2, 4
 SURVIVOR_EXIT_S = 120
 
 pytestmark = [pytest.mark.slow, needs_jax]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -94,7 +87,7 @@ class Cluster:
 
         `exit_s`: seconds the surviving process took to exit after the killed one died.
         """
-        coordinator = f"127.0.0.1:{_free_port()}"
+        coordinator, *ports = [f"127.0.0.1:{port}" for port in free_ports(1 + processes)]
         env = dict(os.environ, PYTHONPATH=ROOT)
         env.pop("TF_CONFIG", None)
         paths = [self.tmp_path / f"{name}-{p}.jsonl" for p in range(processes)]
@@ -102,7 +95,7 @@ class Cluster:
         for proxy in self.proxies:
             proxy.reset()  # a killed run's last reads are not the next run's
         running = []
-        workers = json.dumps([f"127.0.0.1:{_free_port()}" for _ in range(processes)])
+        workers = json.dumps(ports)
         for p in range(processes):
             if self.engine == "mwms":  # TensorFlow's multi-worker custom loop, Keras 3
                 command = [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ import remote_keras as rk
 from remote_keras.keras_agnostic import fit_order
 from remote_keras.pipeline import sharding
 from remote_keras.testing.data import write_class_tree
+from tests.helpers import free_ports
 
 
 def _sample_ids(it) -> list[int]:
@@ -292,22 +292,12 @@ WORKER_SCRIPT = textwrap.dedent(
 ).replace("RECORDING_LOADER\n", RECORDING_LOADER)
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 @pytest.mark.slow
 def test_two_multi_worker_mirrored_workers_read_disjoint_shards_of_s3(s3_images, s3_options):
     url, df = s3_images
     rows = df[["filename", "class"]].iloc[:20]  # 20 images: 10 per worker, batches of 4, 4, 2
     spec = {
-        "workers": [f"127.0.0.1:{port}" for port in _free_ports(2)],
+        "workers": [f"127.0.0.1:{port}" for port in free_ports(2)],
         "rows": rows.to_dict("records"),
         "directory": url,
         "options": s3_options,
@@ -438,7 +428,7 @@ def test_two_jax_processes_fit_on_disjoint_shards_of_s3(s3_images, s3_options, a
     url, df = s3_images
     rows = df[["filename", "class"]].iloc[: 16 if auto_shard else 20]
     spec = {
-        "coordinator": f"127.0.0.1:{_free_ports(1)[0]}",
+        "coordinator": f"127.0.0.1:{free_ports(1)[0]}",
         "rows": rows.to_dict("records"),
         "directory": url,
         "options": s3_options,
@@ -574,7 +564,7 @@ def test_two_jax_processes_fit_image_dataset_from_directory_on_s3(
     url = f"s3://{prefix}"
     count = 12
     spec = {
-        "coordinator": f"127.0.0.1:{_free_ports(1)[0]}",
+        "coordinator": f"127.0.0.1:{free_ports(1)[0]}",
         "directory": url,
         "options": s3_options,
         "auto_shard": auto_shard,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,21 +17,13 @@ import time
 import numpy as np
 import pytest
 
+from tests.helpers import free_ports
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "tests", "keras2", "multi_worker_run.py")
 SURVIVOR_LIMIT_S = 60.0  # a worker whose peer was killed must exit by itself within this
 STEPS_PER_EPOCH = 6  # 10 images per shard: batches of 4, 4, 2, each split in 2 steps
 EPOCHS = 3
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def _lines(path: str) -> list:
@@ -52,7 +43,7 @@ def _run_pair(tmp_path, name: str, spec: dict, timeout_s: float = 400) -> dict:
     """
     out = tmp_path / name
     out.mkdir()
-    ports = _free_ports(2)
+    ports = free_ports(2)
     spec = {**spec, "out": str(out), "workers": [f"127.0.0.1:{port}" for port in ports]}
     spec_file = out / "spec.json"
     spec_file.write_text(json.dumps(spec))
