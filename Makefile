@@ -58,7 +58,7 @@ KERAS2_LEGACY_TESTS := tests/keras2/test_parity.py tests/keras2/test_image_datas
 	tests/keras2/test_lakefs.py::test_presigned_pinned_reads_equal_stock_and_go_to_the_store \
 	tests/keras2/test_resume.py tests/keras2/test_resume_sigkill.py
 
-.PHONY: install demo test test-fast test-oldest test-keras2 test-nightly lint docs bench bench-scale clean \
+.PHONY: install demo sandbox test test-fast test-oldest test-keras2 test-nightly lint docs bench bench-scale clean \
 	azurite
 
 $(STAMP): pyproject.toml
@@ -84,6 +84,11 @@ azurite: $(AZURITE)
 
 demo: $(STAMP)
 	$(BIN)/python -m remote_keras.demo
+
+# The S3 server and lakeFS stand-in with the docs' sample data, until Ctrl-C; prints the
+# environment variables that point the examples at them.
+sandbox: $(STAMP)
+	$(BIN)/python -m remote_keras.testing.sandbox
 
 lint: $(STAMP)
 	$(BIN)/ruff check remote_keras tests bench docs/hooks.py

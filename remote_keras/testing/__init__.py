@@ -7,6 +7,8 @@
 - `StaticHTTPServer`: files of a folder over HTTP.
 - `AzuriteServer`: a real Azure Blob endpoint (Microsoft's Azurite, from npm).
 - `GCSServer`: a real GCS endpoint (`fake-gcs-server`, from the package index).
+- `Sandbox`: the S3 server and lakeFS stand-in holding the docs' sample data
+  (`python -m remote_keras.testing.sandbox` serves it and prints the settings).
 - `CountingProxy`: a TCP proxy that counts HTTP requests by method and can add latency;
   `ProxyProcess` runs one in its own process.
 
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from remote_keras.testing.lakefs import LakeFSServer, lakefs_target
     from remote_keras.testing.proxy import CountingProxy, ProxyProcess
     from remote_keras.testing.s3 import S3Server
+    from remote_keras.testing.sandbox import Sandbox
     from remote_keras.testing.static_http import StaticHTTPServer
 
 _MODULES = {
@@ -35,6 +38,7 @@ _MODULES = {
     "LakeFSServer": "remote_keras.testing.lakefs",
     "ProxyProcess": "remote_keras.testing.proxy",
     "S3Server": "remote_keras.testing.s3",
+    "Sandbox": "remote_keras.testing.sandbox",
     "StaticHTTPServer": "remote_keras.testing.static_http",
     "lakefs_target": "remote_keras.testing.lakefs",
 }
@@ -46,6 +50,7 @@ __all__ = [
     "LakeFSServer",
     "ProxyProcess",
     "S3Server",
+    "Sandbox",
     "StaticHTTPServer",
     "lakefs_target",
 ]
