@@ -13,7 +13,8 @@ is not counted). The assertions are made here:
   for `image_dataset_from_directory(format="grain")`;
 - unshuffled (the iterator's `shuffle` and `fit`'s), the batches of every step equal
   stock Keras's on the local copy (stock is exact there with its default of one worker);
-- what `fit` raises for a corrupt file in the first batch and a later one, what
+- what `fit`, `evaluate` and `predict` raise for a corrupt file in the first batch and a
+  later one, what `fit` raises for a missing file and for a store that gave up, what
   `on_error="skip"` trains and lists, and the error for a wrong bucket (`failures.md`).
 
 Stock Keras's own iterator given `workers=4` trains some images twice on JAX and PyTorch
@@ -46,7 +47,7 @@ BACKENDS = [
 
 SCRIPT = textwrap.dedent(
     """
-    import hashlib, json, os, random, sys, tempfile, urllib.request, warnings
+    import hashlib, json, os, random, socket, sys, tempfile, urllib.request, warnings
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     import keras, numpy as np, pandas as pd
     from keras.src.legacy.preprocessing import image as keras_image  # stock Keras
@@ -124,15 +125,26 @@ SCRIPT = textwrap.dedent(
     bad = spec["url"] + "-broken/bad.png"
     good = [f"{spec['url']}/class_{i % 2}/{i}.png" for i in range(11)]
 
-    def failing(rows, bad, **options):
+    def evaluate(iterator, shuffle):
+        model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                                  keras.layers.Dense(2, activation="softmax")])
+        model.compile("sgd", "categorical_crossentropy")
+        return model.evaluate(iterator, verbose=0)
+
+    def predict(iterator, shuffle):
+        model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                                  keras.layers.Dense(2, activation="softmax")])
+        return model.predict(iterator, verbose=0).tolist()
+
+    def failing(rows, bad, use=train, source=generator, **options):
         frame = pd.DataFrame({"filename": rows, "class": ["a", "b"] * (len(rows) // 2)})
-        iterator = generator.flow_from_dataframe(frame, None, shuffle=False, **FLOW, **options)
+        iterator = source.flow_from_dataframe(frame, None, shuffle=False, **FLOW, **options)
         try:
-            steps = train(iterator, shuffle=False)
+            steps = use(iterator, shuffle=False)
         except Exception as error:
             bases = {c.__module__ + "." + c.__name__ for c in type(error).__mro__}
             return {"error": type(error).__name__, "bases": sorted(bases),
-                    "names_url": bad in str(error)}
+                    "names_url": bad in str(error), "gave_up": "Gave up reading" in str(error)}
         finally:
             iterator.close()
         return {"error": None, "steps": steps, "skipped": [p for p, _ in iterator.skipped]}
@@ -142,6 +154,18 @@ SCRIPT = textwrap.dedent(
     report["corrupt_skipped"] = failing(good + [bad], bad, on_error="skip")
     missing = spec["url"] + "-broken/missing.png"  # gone between listing and reading
     report["missing_later"] = failing(good + [missing], missing, validate_filenames=False)
+    for use in (evaluate, predict):
+        report[f"corrupt_first_{use.__name__}"] = failing([bad] + good, bad, use)
+        report[f"corrupt_later_{use.__name__}"] = failing(good + [bad], bad, use)
+    # A store that gave up: nothing listens at its endpoint; retried until the deadline.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    away = rk.ImageDataGenerator(
+        storage_options=dict(spec["options"], client_kwargs={"endpoint_url": closed}),
+        retries=rk.RetryPolicy(deadline_s=0.5, max_backoff_s=0.1),
+    )
+    report["gave_up_first"] = failing(good + [bad], good[0], source=away, validate_filenames=False)
     try:
         generator.flow_from_directory("s3://no-such-bucket-rk/train", **FLOW)
         report["wrong_bucket"] = None
@@ -225,6 +249,18 @@ def test_each_epoch_trains_each_image_once_with_one_get_each(backend, unique_ima
         assert raised["error"] == ("InvalidArgumentError" if later_on_tf else "ImageDecodeError")
         assert ("builtins.ValueError" in raised["bases"]) != later_on_tf, raised
         assert raised["names_url"], raised
+    # `evaluate` and `predict` raise as `fit` does.
+    for mode in ("evaluate", "predict"):
+        for case in ("corrupt_first", "corrupt_later"):
+            raised = report[f"{case}_{mode}"]
+            later_on_tf = case == "corrupt_later" and backend == "tensorflow"
+            wanted = "InvalidArgumentError" if later_on_tf else "ImageDecodeError"
+            assert raised["error"] == wanted and raised["names_url"], (mode, case, raised)
+    # A store that stayed away past the retry deadline, in the first batch: the package's
+    # `ImageLoadError` (an `OSError`) on every backend, saying it gave up and naming the URL.
+    gave_up = report["gave_up_first"]
+    assert gave_up["error"] == "ImageLoadError" and "builtins.OSError" in gave_up["bases"]
+    assert gave_up["gave_up"] and gave_up["names_url"], gave_up
     # A file the store does not have (an `OSError`): TensorFlow's `UnknownError` there.
     missing = report["missing_later"]
     tf_error = backend == "tensorflow"
