@@ -226,8 +226,8 @@ class Prefetcher:
         """Starts `task` for `key` in the background (ask `wants(key)` first)."""
         self._pending[key] = self.start(task)
 
-    def clear(self) -> None:
-        """Drops every batch not yet asked for, cancelling those not started."""
-        for future in self._pending.values():
-            future.cancel()
-        self._pending.clear()
+    def clear(self, epoch: int | None = None) -> None:
+        """Drops every batch not yet asked for (of `epoch` only, if given), cancelling those
+        not started."""
+        for key in [k for k in self._pending if epoch is None or k[0] == epoch]:
+            self._pending.pop(key).cancel()
