@@ -412,13 +412,9 @@ def test_a_bounded_range_is_split_near_its_middle(keys, prefix):
     assert 0.35 <= below / len(keys) <= 0.65, (point, below / len(keys))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by this module's tests: the middle is taken with a slot below and above each "
-    "character class, so a middle on such a slot (a decimal carry) is dropped, not moved",
-)
 def test_numbered_keys_far_apart_are_split_across_a_carry():
-    point = split_point("092000.png", "100000.png", "")  # "096" lies between
+    # The middle of 092 and 100 falls on the slot below a digit class: the key ends there ("1").
+    point = split_point("092000.png", "100000.png", "")
     assert point is not None and "092000.png" < point < "100000.png"
 
 

@@ -364,11 +364,16 @@ def split_point(low: str, high: str | None, prefix: str, anchor: str = "") -> st
     b = value(high) if high is not None else value("\x7f" * (start + _DIGITS))  # past the last
     if b - a < 2:
         return None
-    middle, chars = (a + b) // 2, []
+    middle, slots = (a + b) // 2, []
     for first, last in reversed(classes):
-        middle, digit = divmod(middle, ord(last) - ord(first) + 2)
-        chars.append(chr(ord(first) + min(max(digit - 1, 0), ord(last) - ord(first))))
-    candidate = low[:start] + "".join(reversed(chars))
+        middle, slot = divmod(middle, ord(last) - ord(first) + 2)
+        slots.append(slot)
+    chars = []
+    for (first, last), slot in zip(classes, reversed(slots)):
+        if slot == 0:  # below the class: the string ends here (`092` < `1` < `100`)
+            break
+        chars.append(chr(ord(first) + min(slot - 1, ord(last) - ord(first))))
+    candidate = low[:start] + "".join(chars)
     if not low < candidate or (high is not None and not candidate < high):
         return None
     return candidate if candidate.startswith(prefix) else None
