@@ -1,7 +1,7 @@
 # Two commands do all setup on a fresh machine with Python 3 and make:
 #   make demo   - train from a local S3 server and compare with stock Keras on local disk
-#   make test   - lint, run the whole test suite, then `make test-oldest` and
-#                 `make test-keras2` (what CI runs)
+#   make test   - lint, run the whole test suite, then `make test-oldest`,
+#                 `make test-keras2`, `make test-nightly` and `make test-notf` (what CI runs)
 # and:
 #   make test-fast   - lint and every test except `slow` ones and the `network` suites that
 #                      download from the package index (about a minute on an idle 2-core
@@ -16,6 +16,9 @@
 #   make test-nightly - the tests of what depends on Keras's call order (resume, reads per
 #                      epoch, sharding) on the dated keras-nightly build .ci/keras-nightly.txt
 #                      names, in .venv-nightly (created on first use)
+#   make test-notf   - the JAX and PyTorch tests where TensorFlow is not installed (it is an
+#                      extra), in .venv-notf (`.[s3,grain,test]`, JAX and PyTorch; created on
+#                      first use, in the background while `make test` runs the main suite)
 #   make docs        - the documentation site (API reference from the docstrings) into site/
 #   make bench       - the full benchmark (about 10 minutes; see bench/run.py)
 #   make bench-scale - start-up, requests and memory at 100k and 300k objects (bench/scale.py;
@@ -45,6 +48,15 @@ NIGHTLY_TESTS := tests/test_fit_order.py tests/test_resume.py tests/test_resume_
 	tests/test_sharding.py tests/test_image_dataset_resume.py tests/test_concurrency.py \
 	tests/test_epoch_clock.py
 
+# Without TensorFlow (an extra), in .venv-notf: on Keras 3's JAX backend, then PyTorch's,
+# flow_from_* (API, parity with stock Keras, S3), format="grain", the core without Keras and
+# the errors naming the `tensorflow` extra; once, the tests that start each backend themselves
+# (fit with BackupAndRestore, predict, evaluate, a SIGKILL and resume).
+NOTF_TESTS := tests/test_without_tensorflow.py tests/test_missing_extras.py tests/test_api.py \
+	tests/test_parity.py tests/test_s3.py tests/test_image_dataset_grain.py \
+	tests/test_keras_free_core.py
+NOTF_ONCE_TESTS := tests/test_backends.py tests/test_backend_epochs.py tests/test_resume_sigkill.py
+
 # The Keras 2 selection: parity, fit reads, faults, lakeFS, sharding, input stall and resume,
 # all on TensorFlow 2.15; on tf_keras (TF_USE_LEGACY_KERAS=1) a shorter one, for CI's time:
 # parity, fit reading once per epoch, the enqueuer's epoch ends, a corrupt and a truncated
@@ -58,7 +70,7 @@ KERAS2_LEGACY_TESTS := tests/keras2/test_parity.py tests/keras2/test_image_datas
 	tests/keras2/test_lakefs.py::test_presigned_pinned_reads_equal_stock_and_go_to_the_store \
 	tests/keras2/test_resume.py tests/keras2/test_resume_sigkill.py
 
-.PHONY: install demo sandbox test test-fast test-oldest test-keras2 test-nightly lint docs bench bench-scale clean \
+.PHONY: install demo sandbox test test-fast test-oldest test-keras2 test-nightly test-notf lint docs bench bench-scale clean \
 	azurite
 
 $(STAMP): pyproject.toml
@@ -111,19 +123,21 @@ LINT_START = @rm -f .lint.rc; ($(MAKE) --no-print-directory lint > .lint.log 2>&
 LINT_WAIT = @for _ in $$(seq 900); do [ -s .lint.rc ] && break; sleep 1; done; \
 	cat .lint.log; exit "$$(cat .lint.rc 2>/dev/null || echo 1)"
 
-# The oldest-pair, Keras 2 and nightly venvs are created (or checked), and the lint runs, in
-# the background while the main suite runs; the lint's output is shown, and its failure fails
+# The oldest-pair, Keras 2, nightly and no-TensorFlow venvs are created (or checked), and the
+# lint runs, in the background while the main suite runs; the lint's output is shown, and its failure fails
 # the target, once the suite has passed.
 test: $(STAMP) azurite
 	@PYTHON=$(PYTHON) bash .ci/test-oldest --prepare > .venv-oldest.prepare.log 2>&1 &
 	@PYTHON=$(PYTHON) bash .ci/test-keras2 --prepare > .venv-keras2.prepare.log 2>&1 &
 	@PYTHON=$(PYTHON) bash .ci/test-nightly --prepare > .venv-nightly.prepare.log 2>&1 &
+	@PYTHON=$(PYTHON) bash .ci/test-notf --prepare > .venv-notf.prepare.log 2>&1 &
 	$(LINT_START)
 	RK_REQUIRE_TORCH=$${CI:-} $(BIN)/python -m pytest $(XDIST)
 	$(LINT_WAIT)
 	$(MAKE) --no-print-directory test-oldest
 	$(MAKE) --no-print-directory test-keras2
 	$(MAKE) --no-print-directory test-nightly
+	$(MAKE) --no-print-directory test-notf
 
 test-fast: $(STAMP)
 	$(LINT_START)
@@ -136,8 +150,11 @@ test-oldest:
 test-nightly:
 	PYTHON=$(PYTHON) bash .ci/test-nightly $(XDIST) $(NIGHTLY_TESTS)
 
+test-notf:
+	PYTHON=$(PYTHON) NOTF_ONCE_TESTS="$(NOTF_ONCE_TESTS)" bash .ci/test-notf $(XDIST) $(NOTF_TESTS)
+
 test-keras2: $(STAMP)
 	PYTHON=$(PYTHON) KERAS2_LEGACY_ARGS="$(XDIST) $(KERAS2_LEGACY_TESTS)" bash .ci/test-keras2 $(XDIST) $(KERAS2_TESTS)
 
 clean:
-	rm -rf .lint.log .lint.rc $(VENV) .venv-oldest .venv-oldest.lock .venv-oldest.prepare.log .venv-keras2 .venv-keras2.lock .venv-keras2.prepare.log .pytest_cache .ruff_cache .mypy_cache site
+	rm -rf .lint.log .lint.rc $(VENV) .venv-oldest .venv-oldest.lock .venv-oldest.prepare.log .venv-keras2 .venv-keras2.lock .venv-keras2.prepare.log .venv-notf .venv-notf.lock .venv-notf.prepare.log .pytest_cache .ruff_cache .mypy_cache site

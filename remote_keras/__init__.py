@@ -124,6 +124,10 @@ __all__ = [
 
 
 _LEGACY_ON = ("1", "true", "yes")
+_OTHER_BACKEND = (
+    "set KERAS_BACKEND=jax or KERAS_BACKEND=torch (or `backend` in ~/.keras/keras.json) "
+    "before Keras is imported"
+)
 _logger = logging.getLogger("remote_keras")
 
 
@@ -132,12 +136,14 @@ def _front() -> str:
 
     Keras 2 is `tf_keras` when `TF_USE_LEGACY_KERAS` is set (TensorFlow then
     serves it as `tf.keras`), or an installed `keras` 2.x (TensorFlow <= 2.15).
+    Without TensorFlow (an extra), `TF_USE_LEGACY_KERAS` means nothing: `keras` is it.
     """
     chosen = globals().get("_chosen_front")
     if chosen is not None:
         return chosen
     legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in _LEGACY_ON
-    if legacy:
+    unread = legacy and not _quiet.tensorflow_installed()
+    if legacy and not unread:
         if importlib.util.find_spec("tf_keras") is None:
             raise ImportError(
                 "TF_USE_LEGACY_KERAS is set, which makes tf.keras the tf_keras package, but "
@@ -154,6 +160,8 @@ def _front() -> str:
             chosen, why = "keras2", f"the installed keras is {keras_version} (Keras 2)"
         else:
             chosen, why = "keras3", f"the installed keras is {keras_version or 'absent'}"
+        if unread:
+            why += "; TF_USE_LEGACY_KERAS is set, but TensorFlow, which reads it, is not installed"
     _logger.debug("remote_keras: using the %s front (%s)", chosen, why)
     globals()["_chosen_front"] = chosen
     return chosen
@@ -170,7 +178,17 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     with _quiet.tensorflow_start():  # TensorFlow's start-up log kept out of the console
-        value = getattr(importlib.import_module(module), name)
+        try:
+            value = getattr(importlib.import_module(module), name)
+        except ModuleNotFoundError as exc:
+            if front_module is None or (exc.name or "").split(".")[0] != "tensorflow":
+                raise
+            # Keras 3 on its default backend, TensorFlow, which is an extra of this package.
+            from remote_keras.keras_agnostic import tensorflow_import
+
+            raise tensorflow_import.missing(
+                "Keras on its TensorFlow backend (Keras's default)", exc, _OTHER_BACKEND
+            ) from exc
     globals()[name] = value  # later lookups skip this function
     return value
 

@@ -22,6 +22,7 @@ A level the user set, to any value, is never changed, and nothing is filtered th
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 import sys
@@ -52,10 +53,18 @@ def set_level() -> None:
         os.environ.setdefault(LEVEL_VARIABLE, LEVEL)
 
 
+def tensorflow_installed() -> bool:
+    """Whether TensorFlow (an extra: Keras 3 on JAX or PyTorch needs none) can be found."""
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except (ImportError, ValueError):  # an import hook refusing it; a half-removed module
+        return False
+
+
 @contextlib.contextmanager
 def tensorflow_start() -> Iterator[None]:
     """Filters TensorFlow's start-up log from stderr, if this block may be what loads it."""
-    if USER_CHOSE or "tensorflow" in sys.modules:
+    if USER_CHOSE or "tensorflow" in sys.modules or not tensorflow_installed():
         yield
         return
     with filtered_stderr():

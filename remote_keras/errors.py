@@ -19,7 +19,7 @@ ValueError
 ├── ImageDecodeError         bytes that are not a decodable image
 └── InvalidRowsError         dataframe rows with NaN, empty or non-string paths
 ImportError
-└── MissingBackendError      a URL whose fsspec backend is not installed
+└── MissingBackendError      an extra not installed: a URL's fsspec backend, grain, TensorFlow
 RuntimeError
 └── WorkerDiedError          a Keras worker process killed while `fit` waited for it
 ```
@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
-from remote_keras import cause_chain
+from remote_keras import cause_chain, client_logs
 from remote_keras.client_errors import Kind, kind_of
 from remote_keras.redaction import redact, sanitize, scrub
 
@@ -209,7 +209,12 @@ class WorkerDiedError(RuntimeError):
 
 
 class MissingBackendError(ImportError):
-    """The fsspec backend for a URL's protocol is not installed."""
+    """An optional package is not installed: the message names the extra that installs it.
+
+    The fsspec backend of a URL's protocol, grain (`format="grain"`), or
+    TensorFlow (`format="tf"`, `to_tf_dataset()`, Keras 2, Keras's TensorFlow
+    backend).
+    """
 
 
 class InvalidRowsError(ValueError, TypeError):
@@ -320,9 +325,14 @@ _ENDPOINT_IN_TEXT = re.compile(r"\b(?:https?|wss?)://[^/\s'\"<>?#]+")
 
 @contextmanager
 def reading(url: str) -> Iterator[None]:
-    """Context manager that re-raises storage errors for `url` translated."""
+    """Context manager that re-raises storage errors for `url` translated.
+
+    The client's own log of an error it raises inside goes to DEBUG (`client_logs`):
+    this error reports it.
+    """
     try:
-        yield
+        with client_logs.own_calls():
+            yield
     except Exception as exc:
         new = translate(url, exc)
         if new is exc:

@@ -40,7 +40,7 @@ from tests.helpers import needs_jax, needs_torch, put_folder, put_objects
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGES, BATCH, EPOCHS = 26, 4, 3
 BACKENDS = [
-    "tensorflow",
+    pytest.param("tensorflow", marks=pytest.mark.tensorflow),
     pytest.param("jax", marks=needs_jax),
     pytest.param("torch", marks=needs_torch),
 ]

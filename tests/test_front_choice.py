@@ -46,9 +46,24 @@ def test_the_front_follows_tf_keras(
 
 def test_legacy_keras_without_tf_keras_says_what_to_install(fresh_choice, monkeypatch):
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
-    monkeypatch.setattr(remote_keras.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(
+        remote_keras.importlib.util,
+        "find_spec",
+        lambda name: None if name == "tf_keras" else object(),
+    )
     with pytest.raises(ImportError, match="pip install tf-keras"):
         remote_keras._front()
+
+
+def test_legacy_keras_without_tensorflow_is_keras_3_quietly(fresh_choice, monkeypatch, caplog):
+    """TF_USE_LEGACY_KERAS is TensorFlow's: without TensorFlow (an extra), `keras` is Keras 3."""
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    monkeypatch.setattr(remote_keras, "version", lambda name: "3.15.1")
+    monkeypatch.setattr(remote_keras.importlib.util, "find_spec", lambda name: None)
+    with caplog.at_level(logging.DEBUG, logger="remote_keras"):
+        assert remote_keras._front() == "keras3"
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG]
+    assert "TensorFlow, which reads it, is not installed" in caplog.records[0].getMessage()
 
 
 @pytest.mark.slow

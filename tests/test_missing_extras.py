@@ -2,12 +2,14 @@
 
 The clients are dev dependencies: their absence is simulated (`sys.modules[name] = None` makes
 `import name` raise `ImportError`, and fsspec forgets the classes it may have loaded). No test
-here reaches a network: every one fails before its first request.
+here reaches a network: every one fails before its first request. TensorFlow is an extra too
+(`make test-notf` runs these where it is not installed).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pickle
 import sys
 from pathlib import Path
@@ -18,6 +20,10 @@ import pytest
 import remote_keras as rk
 from remote_keras.storage.loaders import ObstoreLoader
 from tests.helpers import noise_png
+
+# `format="tf"` (the default) checks for TensorFlow first: without it, the grain dataset's
+# reads meet the missing client.
+DATASET_FORMAT = "tf" if importlib.util.find_spec("tensorflow") else "grain"
 
 
 def hide(monkeypatch, module: str, protocols: tuple[str, ...] = ()) -> None:
@@ -63,7 +69,7 @@ def test_a_url_without_its_client_names_the_extra(
             rows
         ),
         "image_dataset_from_directory": lambda: rk.image_dataset_from_directory(
-            url, loader="fsspec"
+            url, loader="fsspec", format=DATASET_FORMAT
         ),
     }
     for name, call in calls.items():
@@ -121,6 +127,29 @@ def test_format_grain_without_grain_names_the_extra(monkeypatch, tmp_path):
     (tmp_path / "a" / "x.png").write_bytes(noise_png(0))
     with pytest.raises(rk.MissingBackendError, match=r'pip install "\.\[grain\]" in a clone'):
         rk.image_dataset_from_directory(tmp_path, format="grain")
+
+
+def test_format_tf_and_to_tf_dataset_without_tensorflow_name_the_extra(monkeypatch, tmp_path):
+    hide(monkeypatch, "tensorflow")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.png").write_bytes(noise_png(0))
+    tensorflow_line = install_line("tensorflow", "tensorflow")
+    with pytest.raises(rk.MissingBackendError, match=tensorflow_line) as info:
+        rk.image_dataset_from_directory(tmp_path)  # format="tf", the default
+    assert 'format="grain"' in str(info.value)  # what works without it
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert (type(copy), str(copy)) == (rk.MissingBackendError, str(info.value))
+    with rk.ImageDataGenerator().flow_from_directory(tmp_path, target_size=(4, 4)) as it:
+        assert it[0][0].shape == (1, 4, 4, 3)  # the iterator itself needs no TensorFlow
+        with pytest.raises(rk.MissingBackendError, match=tensorflow_line):
+            it.to_tf_dataset()
+
+
+def test_keras_2_without_tensorflow_names_the_extra(monkeypatch):
+    hide(monkeypatch, "tensorflow")
+    monkeypatch.delitem(sys.modules, "remote_keras.keras2.keras_api", raising=False)
+    with pytest.raises(rk.MissingBackendError, match=install_line("tensorflow", "tensorflow")):
+        importlib.import_module("remote_keras.keras2.keras_api")  # tf.keras: Keras 2's only home
 
 
 def test_every_install_line_can_run_from_a_clone():

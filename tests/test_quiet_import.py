@@ -75,13 +75,19 @@ def test_start_up_log_lines_are_filtered_and_everything_else_kept(capfd):
 
 
 @pytest.mark.parametrize(
-    "user_chose, loaded, filtered",
-    [(False, False, True), (True, False, False), (False, True, False)],
+    "user_chose, loaded, installed, filtered",
+    [
+        (False, False, True, True),
+        (True, False, True, False),
+        (False, True, True, False),
+        (False, False, False, False),  # no TensorFlow (an extra): nothing of it to filter
+    ],
 )
 def test_only_the_first_load_is_filtered_and_only_when_the_user_chose_no_level(
-    monkeypatch, capfd, user_chose, loaded, filtered
+    monkeypatch, capfd, user_chose, loaded, installed, filtered
 ):
     monkeypatch.setattr(_quiet, "USER_CHOSE", user_chose)
+    monkeypatch.setattr(_quiet, "tensorflow_installed", lambda: installed)
     if not loaded:
         monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
     else:

@@ -18,7 +18,7 @@ from tests.helpers import needs_jax, needs_torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKENDS = [
-    "tensorflow",
+    pytest.param("tensorflow", marks=pytest.mark.tensorflow),
     pytest.param("jax", marks=needs_jax),
     pytest.param("torch", marks=needs_torch),
 ]

@@ -7,7 +7,8 @@ home in Keras 2, and the front needs it: Keras 2 exports `Iterator`,
 `DirectoryIterator` and `NumpyArrayIterator` but not `DataFrameIterator`, which
 the front subclasses to stay a drop-in. It is read from the module that defines
 the public `Iterator` (`keras.src.preprocessing.image`,
-`tf_keras.src.preprocessing.image`).
+`tf_keras.src.preprocessing.image`). Without TensorFlow (the `tensorflow` extra),
+importing this module raises `MissingBackendError` naming that extra.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ import importlib
 import sys
 from typing import Any
 
-import tensorflow as tf
+from remote_keras.keras_agnostic import tensorflow_import
+
+try:
+    import tensorflow as tf
+except ImportError as exc:
+    raise tensorflow_import.missing(
+        "Keras 2 (tf.keras)", exc, "use Keras 3 on JAX or PyTorch, which needs none"
+    ) from exc
 
 keras: Any = tf.keras
 image: Any = keras.preprocessing.image

@@ -91,7 +91,7 @@ def image_dataset_from_directory(
             the target's aspect ratio.
         data_format: `"channels_last"` or `"channels_first"`; `None` for
             `keras.config.image_data_format()`.
-        format: `"tf"` for a `tf.data.Dataset`, or `"grain"` for a
+        format: `"tf"` for a `tf.data.Dataset` (needs TensorFlow), or `"grain"` for a
             `grain.IterDataset` (needs the `grain` package; no TensorFlow), as
             Keras 3.13 and later make: shuffled once with `seed` (every pass
             has the same order), decoded by Pillow, resized by `keras.ops`.
@@ -122,6 +122,8 @@ def image_dataset_from_directory(
         ValueError: an argument Keras's function refuses, no images, or an
             option this function does not support.
         FileNotFoundError: `directory` does not exist.
+        MissingBackendError: `format="tf"` without TensorFlow, or
+            `format="grain"` without grain (each names the extra to install).
     """
     opts = (options or LoaderOptions()).merged(overrides)
     label_mode, labels, channels, size, interpolation = dataset_arguments.checked(

@@ -14,12 +14,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from remote_keras.keras_agnostic import dataset_resume
+from remote_keras.keras_agnostic import dataset_resume, tensorflow_import
 from remote_keras.keras_agnostic.dataset_pipeline import EpochReader
 from remote_keras.pipeline import interrupts
 
 if TYPE_CHECKING:
     import tensorflow as tf
+
+
+def require() -> None:
+    """Checks that TensorFlow can be imported, before the folder is listed.
+
+    Raises:
+        MissingBackendError: it cannot, naming the extra that installs it and
+            `format="grain"`, which needs none.
+    """
+    tensorflow_import.tensorflow(
+        'image_dataset_from_directory(format="tf"), the default,',
+        'pass format="grain" for a grain.IterDataset without TensorFlow (pip install ".[grain]")',
+    )
 
 
 def decode_resize(

@@ -90,6 +90,8 @@ def make(
     """
     if grain_arithmetic is not None:
         dataset_grain.require()
+    else:
+        dataset_tf.require()
     shard, keras_split = _shard(options)
     dataset_arguments.check_options(options)
     if keras_split > 1:

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from remote_keras.keras_agnostic import tensorflow_import
+
 
 def to_tf_dataset(it: Any) -> Any:
     """Returns the batches of one epoch of `it` per pass, as a `tf.data.Dataset`.
@@ -30,8 +32,14 @@ def to_tf_dataset(it: Any) -> Any:
         `num_batches`, Keras 3.8 to 3.15); the resumed pass ends early. A
         sharded iterator's resumed pass is likewise the rest of its shard's
         epoch (a `tf.distribute` custom loop runs it to its end).
+
+    Raises:
+        MissingBackendError: TensorFlow is not installed (Keras 3 on JAX or
+            PyTorch trains on the iterator itself).
     """
-    import tensorflow as tf
+    tf = tensorflow_import.tensorflow(
+        "iterator.to_tf_dataset()", "pass the iterator itself to `fit`, which needs none"
+    )
 
     def as_tuple(batch: Any) -> Any:
         if isinstance(batch, tuple):
