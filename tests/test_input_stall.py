@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -10,7 +14,10 @@ import numpy as np
 import pytest
 
 import remote_keras as rk
-from tests.helpers import SlowLoader
+from remote_keras.testing.data import write_class_tree
+from tests.helpers import SlowLoader, needs_jax, needs_torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class SlowStep(keras.layers.Layer):
@@ -50,8 +57,9 @@ def test_a_slow_store_shows_as_input_wait(image_dir, workers):
     ) as it:
         stall, lines, history = _fit(it, step_delay=0.0)
     assert len(stall.reports) == 2
-    # Epoch 0 reuses batches 0 and 1, which TensorFlow read before it to infer the tensor spec.
-    for report, fetched in zip(stall.reports, (5, 7)):
+    # Epoch 0 counts batches 0 and 1 too, which TensorFlow read before it to infer the tensor
+    # spec (and hands out again).
+    for report, fetched in zip(stall.reports, (7, 7)):
         assert report.steps == len(it) == 7
         # Steps wait (how long depends on how fast the machine runs the eager steps; the
         # exact accounting is checked with an injected clock below).
@@ -60,7 +68,79 @@ def test_a_slow_store_shows_as_input_wait(image_dir, workers):
         images = 3 * fetched
         assert report.loader.images == images and report.loader.requests == images
     assert history.history["input_wait_fraction"] == [r.wait_fraction for r in stall.reports]
-    assert lines[0].startswith("Epoch 1: waited ") and "15 images" in lines[0]
+    assert lines[0].startswith("Epoch 1: waited ") and "21 images" in lines[0]
+
+
+def fit_twice(directory: str, batch_size: int) -> dict:
+    """Two `fit`s of two epochs on one iterator, fresh then reused, each with a new callback.
+
+    Returns:
+        `reports`: per `fit`, per epoch, `[steps, images, requests, carried]`; `images`:
+        the iterator's images decoded in each `fit`.
+    """
+    gen = rk.ImageDataGenerator(rescale=1 / 255)
+    reports, images = [], []
+    with gen.flow_from_directory(directory, target_size=(8, 8), batch_size=batch_size) as it:
+        for _ in range(2):
+            model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                                      keras.layers.Dense(3, activation="softmax")])  # fmt: skip
+            model.compile("sgd", "categorical_crossentropy")
+            before = it.stats.images
+            stall = rk.InputStallCallback(it, verbose=0)
+            model.fit(it, epochs=2, callbacks=[stall], verbose=0)
+            images.append(it.stats.images - before)
+            reports.append(
+                [[r.steps, r.loader.images, r.loader.requests, r.loader.carried]
+                 for r in stall.reports]
+            )  # fmt: skip
+    return {"backend": keras.backend.backend(), "reports": reports, "images": images}
+
+
+@pytest.fixture(scope="module")
+def images_36(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("images_36")
+    write_class_tree(root, per_class=12)
+    return str(root)
+
+
+def _fit_twice_on(backend: str, directory: str, batch_size: int) -> dict:
+    if backend == keras.backend.backend():
+        return fit_twice(directory, batch_size)
+    script = (
+        "import json, sys\n"
+        "from tests.test_input_stall import fit_twice\n"
+        "print('REPORT', json.dumps(fit_twice(sys.argv[1], int(sys.argv[2]))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, directory, str(batch_size)],
+        capture_output=True, text=True, timeout=300, check=False, cwd=ROOT,
+        env=dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-6000:]
+    line = next(x for x in result.stdout.splitlines() if x.startswith("REPORT "))
+    return json.loads(line.split(" ", 1)[1])
+
+
+@pytest.mark.parametrize("batch_size", [4, 12])
+@pytest.mark.parametrize(
+    "backend",
+    ["tensorflow", pytest.param("jax", marks=needs_jax), pytest.param("torch", marks=needs_torch)],
+)
+def test_each_epoch_of_fit_reports_what_it_read(images_36, backend, batch_size):
+    """36 images: every epoch reports its 36, on a fresh iterator and on a reused one.
+
+    What Keras read before the first epoch began counts in it: TensorFlow's tensor-spec batches
+    (handed out again), JAX's and PyTorch's model-building batch (its files carried into the
+    epoch, not fetched again, but decoded again: one batch more `images`, not `requests`).
+    (It reported 12 and 0 of 36 on TensorFlow with a batch of 4 and 12, reused or not.)
+    """
+    result = _fit_twice_on(backend, images_36, batch_size)
+    assert result["backend"] == backend
+    steps = 36 // batch_size
+    build = 0 if backend == "tensorflow" else batch_size  # decoded twice: Keras built from it
+    for reports, images in zip(result["reports"], result["images"]):  # fresh, then reused
+        assert reports == [[steps, 36 + build, 36, build], [steps, 36, 36, 0]]
+        assert sum(report[1] for report in reports) == images  # all the `fit` read, once
 
 
 class FakeTime:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -107,3 +109,34 @@ def test_verify_checksums_is_the_readers_option(local_iterator, verify):
                 reader.batch(0, 0)
         else:
             assert reader.batch(0, 0).shape == (4, 256, 256, 3)
+
+
+def test_an_epoch_left_early_does_not_stop_later_epochs_reading_ahead(local_iterator):
+    """Batches built ahead for an epoch whose loop stopped are dropped when its generator
+    closes; before, they filled the look-ahead for good and no later epoch read ahead."""
+    it = local_iterator
+    read: list[str] = []
+
+    def loader(path: str) -> bytes:
+        read.append(path)
+        with open(path, "rb") as file:
+            return file.read()
+
+    settings = dict(target_size=(8, 9), batch_size=2, shuffle=False, prefetch_batches=2)
+    with BatchReader(it.filepaths, loader=loader, **settings) as reader:
+
+        def read_at_least(count: int) -> None:
+            deadline = time.monotonic() + 10
+            while len(read) < count and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+        epoch = reader.epoch_batches(0)
+        next(epoch)  # batch 0, and batches 1 and 2 built ahead
+        read_at_least(6)
+        epoch.close()  # the loop stops
+        read.clear()
+        later = reader.epoch_batches(1)
+        next(later)
+        read_at_least(6)
+        assert sorted(read) == sorted(it.filepaths[:6])  # batch 0, and 1 and 2 ahead again
+        later.close()

@@ -205,8 +205,10 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
         with self.lock:
             ended = self._clock.end(self._length())
             if ended:  # a pass that handed out only its first batch carries its reads
-                self.engine.fetcher.carried.end_pass(self._clock.handed == 1)
-                self._end_epochs(0 if self._keras_built_from_pass() else ended)
+                clock = self._clock
+                self.engine.fetcher.carried.end_pass(clock.handed == 1)
+                built = clock.cut_short and clock.handed == 1  # Keras built a model from it
+                self._end_epochs(0 if self._keras_built_from_pass() else ended, built)
             elif self.options.on_error == "skip":  # held: a loop of one's own still hears now
                 self.engine.skips.warn_summary(self._skips_listed_before())
 
@@ -252,14 +254,16 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
             pending = self._clock.resume
             return pending is not None and pending.epoch == self._clock.epoch
 
-    def _end_epochs(self, count: int) -> None:
-        """Moves `count` epochs on (the caller holds the lock)."""
+    def _end_epochs(self, count: int, carried: bool = False) -> None:
+        """Moves `count` epochs on (the caller holds the lock); `carried`: reads go on."""
         self._clock.advance(count)
         if self.options.on_error == "skip":  # counts what `skipped` lists
             self.engine.skips.warn_summary(self._skips_listed_before())
         self._last_requested = None
         self._prefetcher.clear()
         self.index_array = self._planner.order(self._clock.epoch)
+        if count and not carried:  # the next epoch's reads count from here (`InputStallCallback`)
+            self.handoffs.epoch_start = self.stats
 
     def _get_batches_of_transformed_samples(self, index_array):
         """Loads the samples `index_array`, drawing transforms from the global `np.random`."""
@@ -273,4 +277,5 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
             plan,
             self._current_epoch(),
         )
+        self.engine.skips.warn_pending()
         return batches.assemble(self._batch_targets(), *load, self._batch_save_to())

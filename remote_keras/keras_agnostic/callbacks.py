@@ -28,7 +28,16 @@ class EpochInputReport:
             pipeline is what limits training.
         loader: The iterator's `LoaderStats` for this epoch alone (a
             difference of two snapshots; `elapsed_s` and `images_per_s` are
-            over `train_s`).
+            over `train_s`). Each epoch counts from the end of the one before,
+            so the reports of a `fit` add up to all it read. The first epoch
+            of a `fit` counts from the end of the iterator's previous epoch
+            (or its start): the batches Keras read before that epoch began
+            are its own. On TensorFlow these are batches 0 and 1, read to
+            infer the tensor spec and handed out again (with those the
+            look-ahead read meanwhile); on JAX and PyTorch, the batch Keras
+            builds the model from, in a pass it abandons: its files are not
+            fetched again (`carried`), but decoded again, so `images` exceeds
+            the epoch's samples by one batch there (`requests` does not).
     """
 
     epoch: int
@@ -72,10 +81,16 @@ class InputStallCore:
         self._epoch_start = 0.0
         self._step_ends: list[float] = []
         self._stats_at_start = LoaderStats()
+        self._stats_at_end: LoaderStats | None = None  # the last epoch's, in this `fit`
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._stats_at_end = None
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._step_ends = []
-        self._stats_at_start = self.iterator.stats
+        # From the end of the epoch before; in a fit's first, from the iterator's epoch start:
+        # what Keras read before this callback hears of the epoch is the epoch's.
+        self._stats_at_start = self._stats_at_end or self.iterator.handoffs.epoch_start
         self._epoch_start = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
@@ -92,6 +107,7 @@ class InputStallCore:
 
     def _report(self, epoch: int) -> EpochInputReport:
         steps = len(self._step_ends)
+        self._stats_at_end = now = self.iterator.stats
         train_s = (self._step_ends[-1] if steps else time.perf_counter()) - self._epoch_start
         handoffs = self.iterator.handoffs.since(self._epoch_start)[:steps]
         wait: float | None = None
@@ -107,7 +123,7 @@ class InputStallCore:
             train_s=train_s,
             input_wait_s=wait,
             wait_fraction=None if wait is None else wait / train_s if train_s else 0.0,
-            loader=_difference(self.iterator.stats, self._stats_at_start, train_s),
+            loader=_difference(now, self._stats_at_start, train_s),
         )
 
 

@@ -92,6 +92,7 @@ class SchedulingMixin:
         with self.engine.stats.busy("wait_s"):
             plan, batch_x = future.result()
         self.engine.stats.add(batches=1)
+        self.engine.skips.warn_pending()  # this batch's skips (and those read ahead of it)
         if not prefetched:
             self._look_ahead(ahead)
         batch = batches.assemble(self._batch_targets(), plan, batch_x, self._batch_save_to())

@@ -131,7 +131,8 @@ def load(
                     origin, first = plan.origin or (epoch, None)  # a read again: same slot
                     slot = None if first is None else first + i
                     reason = f"{type(exc).__name__}: {exc}"
-                    engine.skips.add(paths[i], reason, epoch=origin, slot=slot)
+                    # Warned by the thread that hands the batch out (`warn_pending`).
+                    engine.skips.add(paths[i], reason, epoch=origin, slot=slot, hold=True)
         finally:
             for future in futures:
                 future.cancel()

@@ -159,10 +159,18 @@ class BatchReader(EngineAttributes):
         return self._read(epoch, index, ())
 
     def epoch_batches(self, epoch: int) -> Iterator[batches.Batch]:
-        """Yields the batches of `epoch` in order, `prefetch_batches` of them built ahead."""
+        """Yields the batches of `epoch` in order, `prefetch_batches` of them built ahead.
+
+        Batches built ahead and not taken (the loop stopped early) are dropped when the
+        generator is closed, so that later epochs read ahead again.
+        """
         depth = self.options.prefetch_batches
-        for index in range(len(self)):
-            yield self._read(epoch, index, range(index + 1, min(index + 1 + depth, len(self))))
+        try:
+            for index in range(len(self)):
+                yield self._read(epoch, index, range(index + 1, min(index + 1 + depth, len(self))))
+        finally:
+            with self._lock:
+                self._prefetcher.clear(epoch)
 
     def _read(self, epoch: int, index: int, ahead: Sequence[int]) -> batches.Batch:
         if not 0 <= index < len(self):
@@ -177,6 +185,7 @@ class BatchReader(EngineAttributes):
         with self.engine.stats.busy("wait_s"):
             plan, batch_x = future.result()
         self.engine.stats.add(batches=1)
+        self.engine.skips.warn_pending()  # this batch's skips (and those read ahead of it)
         targets = batches.Targets(
             self.class_mode, self.classes, len(self.class_indices), self.dtype, self.labels
         )

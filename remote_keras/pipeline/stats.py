@@ -156,10 +156,19 @@ class HandoffLog:
 
     `InputStallCallback` turns it on (`enabled`) and compares these times with
     when training asked for batches; until then nothing is recorded.
+
+    Attributes:
+        epoch_start: The iterator's `stats` when its current epoch began (when
+            the previous one ended, unless Keras abandoned that one's pass
+            after one batch to build a model: its reads go on; all zeros
+            before the first ends). The first epoch of a `fit` reports the
+            reads from there, those Keras made before the epoch began
+            included (see `EpochInputReport`).
     """
 
     def __init__(self, maxlen: int = 1_000_000) -> None:
         self.enabled = False
+        self.epoch_start = LoaderStats()
         self._lock = threading.Lock()
         self._entries: collections.deque[tuple[float, float]] = collections.deque(maxlen=maxlen)
 
