@@ -4,6 +4,7 @@ JPEG is named (or skipped) like any corrupt file."""
 
 from __future__ import annotations
 
+import socket
 import uuid
 
 import fsspec
@@ -137,3 +138,43 @@ def test_a_truncated_jpeg_at_its_own_size_is_named(on_error):
         assert x.shape[0] == 1
         ((path, reason),) = it.skipped
     assert path == bad and reason.startswith(f"ImageDecodeError: Cannot decode image '{bad}'")
+
+
+def _gave_up_generator(s3_options):
+    """A generator whose store never answers: nothing listens at its endpoint."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    options = dict(s3_options, client_kwargs=dict(s3_options["client_kwargs"], endpoint_url=closed))
+    return rk.ImageDataGenerator(
+        storage_options=options, retries=rk.RetryPolicy(deadline_s=0.5, max_backoff_s=0.1)
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["first", "later"])
+@pytest.mark.parametrize("mode", ["fit", "evaluate", "predict"])
+def test_errors_reach_fit_evaluate_and_predict_as_the_guide_says(
+    tfk, with_corrupt, s3_options, mode, where
+):
+    """What the Keras 2 guide says each call raises, naming the URL, for a corrupt file in the
+    first batch or a later one, and for a store that gave up (in the first batch)."""
+    url, df = with_corrupt
+    broken = df[df["filename"] == "a/broken.png"]
+    rows = pd.concat([broken, df.drop(broken.index)] if where == "first" else [df])
+    gen = rk.ImageDataGenerator(storage_options=s3_options, retries=FAST)
+    outcomes = {}
+    for case, generator in (("corrupt", gen), ("gave up", _gave_up_generator(s3_options))):
+        kwargs = dict(SIZE, shuffle=False, validate_filenames=False)
+        with generator.flow_from_dataframe(rows, url, **kwargs) as it:
+            with pytest.raises(Exception) as caught:
+                getattr(_model(tfk), mode)(it, verbose=0)
+        outcomes[case] = (type(caught.value).__name__, str(caught.value))
+    # Keras 2 reads the first batch itself, outside the graph, to learn the tensor spec: an
+    # error there arrives as itself; later, TensorFlow's `InvalidArgumentError` around it.
+    name, message = outcomes["corrupt"]
+    assert name == ("ImageDecodeError" if where == "first" else "InvalidArgumentError"), outcomes
+    assert f"{url}/a/broken.png" in message
+    name, message = outcomes["gave up"]  # every row on the silent store: the first batch fails
+    assert name == "ImageLoadError" and "Gave up reading" in message, outcomes
+    assert f"{url}/{rows['filename'].iloc[0]}" in message
