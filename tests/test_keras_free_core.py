@@ -32,6 +32,7 @@ CORE_MODULES = (
     "remote_keras.cause_chain",
     "remote_keras.redaction",
     "remote_keras.client_errors",
+    "remote_keras.client_logs",
     "remote_keras.demo",
 )
 # Modules of the Keras front that need no Keras to import (they use it when called).

@@ -6,7 +6,8 @@ Rows are grouped by the folder their URL names (the part before the last
 objects directly in it, unless they are many and hold few rows each: then
 their common folder is listed whole, which takes fewer requests. Other
 backends list one folder with `ls`, several with one `find` of their
-common folder; HTTP, which cannot list, is asked about each file.
+common folder; HTTP, which cannot list, is asked about each file with a HEAD
+(`remote_keras.storage.http_exists`), many in flight.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from fsspec import AbstractFileSystem
 
 from remote_keras import errors
-from remote_keras.storage import locations, parallel_listing
+from remote_keras.storage import http_exists, locations, parallel_listing
 
 # Folders listed one by one (in parallel) when there are at most this many, or when they
 # hold this many rows each on average; otherwise their common folder is listed whole.
@@ -74,15 +75,14 @@ def existing(
             present = {path for path, listed_names in listed.items() if listed_names}
             missing += _missing_prefixes(fs, sorted(paths), present)
     checked = 0
+    alone: list[int] = []  # positions of the URLs no listing covers
     for position, url in enumerate(urls):
         if not locations.is_url(url):
             continue
         split = _parent(url)
         listed_names = names.get(split[0]) if split is not None else None
         if split is None or listed_names is None:
-            found[position] = _exists_alone(url, filesystems)
-            if bar is not None:
-                bar.update(1)
+            alone.append(position)
             continue
         found[position] = split[1] in listed_names
         checked += 1
@@ -90,6 +90,7 @@ def existing(
             bar.update(10_000)
     if bar is not None and checked % 10_000:
         bar.update(checked % 10_000)
+    _ask_each(urls, alone, found, filesystems, bar)
     return found, missing
 
 
@@ -103,10 +104,33 @@ def _parent(url: str) -> tuple[str, str] | None:
     return parent, name
 
 
-def _exists_alone(url: str, filesystems: locations.FileSystems) -> bool:
-    fs, path = filesystems.resolve(url)
-    with errors.reading(url):
-        return bool(fs.isfile(path))
+def _ask_each(
+    urls: Sequence[str],
+    positions: list[int],
+    found: list[bool],
+    filesystems: locations.FileSystems,
+    bar: Any,
+) -> None:
+    """Sets `found` for URLs no listing covers: HEADs in parallel on HTTP, else `isfile`."""
+    http: dict[AbstractFileSystem, list[tuple[int, str]]] = defaultdict(list)
+    for position in positions:
+        fs, path = filesystems.resolve(urls[position])
+        if locations._protocols(fs) & locations._UNLISTABLE:
+            http[fs].append((position, path))
+            continue
+        with errors.reading(urls[position]):
+            found[position] = bool(fs.isfile(path))
+        if bar is not None:
+            bar.update(1)
+    for fs, members in http.items():
+        answers = http_exists.exist_many(fs, [path for _, path in members])
+        for (position, _), answer in zip(members, answers):
+            if isinstance(answer, BaseException):
+                with errors.reading(urls[position]):  # raised naming the URL
+                    raise answer
+            found[position] = answer
+        if bar is not None:
+            bar.update(len(members))
 
 
 def _list_parents(fs: AbstractFileSystem, rows: dict[str, int]) -> dict[str, set[str]]:

@@ -23,7 +23,7 @@ import fsspec
 import numpy as np
 
 from remote_keras import errors
-from remote_keras.storage import existence, lakefs, listing_cache, locations
+from remote_keras.storage import existence, http_exists, lakefs, listing_cache, locations
 from remote_keras.storage.loaders import FsspecLoader, ObstoreLoader
 from remote_keras.storage.packed_paths import PackedNames, PrefixedPaths
 from remote_keras.storage.progress import progress_bar
@@ -362,7 +362,11 @@ def _listed(scope: ListingScope, paths: Sequence[str], bar: Any) -> list[bool]:
         directory = scope.pin(str(scope.directory))
         fs, root = scope.filesystems.resolve(directory)
         with errors.reading(directory):
-            there = fs.exists(root)
+            there = (
+                http_exists.exists(fs, root)  # a HEAD, not fsspec's GET of the folder's page
+                if locations._protocols(fs) & locations._UNLISTABLE
+                else fs.exists(root)
+            )
         if not there:
             raise FileNotFoundError(f"No such directory: {errors.redact(directory)!r}")
     found, missing = existence.existing(paths, scope.filesystems, bar)

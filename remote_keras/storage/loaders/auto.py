@@ -18,7 +18,7 @@ from typing import Any
 
 from remote_keras.storage import locations
 from remote_keras.storage.loaders.fsspec_loader import FsspecLoader
-from remote_keras.storage.loaders.obstore_config import translate_options
+from remote_keras.storage.loaders.obstore_config import gcs_emulator, translate_options
 from remote_keras.storage.loaders.obstore_loader import ObstoreLoader
 from remote_keras.storage.loaders.protocol import Loader
 
@@ -78,7 +78,10 @@ def _why_not_obstore(url: str, protocol: str, options: Mapping[str, Any]) -> str
         if found:
             return found
     elif protocol in ("gs", "gcs"):
-        if "token" not in own and not own.get("endpoint_url") and not _env("STORAGE_EMULATOR_HOST"):
+        # Without a `token`, gcsfs tries gcloud's default credentials, then none; obstore would
+        # stop at the metadata server. For `STORAGE_EMULATOR_HOST` alone it sends none, as
+        # Google's own clients do (`translate_options`), and emulators check none.
+        if "token" not in own and (own.get("endpoint_url") or not gcs_emulator()):
             return "credentials come from gcloud's default sources, which gcsfs reads"
     elif not ({"connection_string", "account_key", "sas_token", "anon"} & own.keys()):
         if not _env("AZURE_STORAGE_CONNECTION_STRING"):

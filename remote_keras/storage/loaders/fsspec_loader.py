@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
-from remote_keras import errors
+from remote_keras import client_logs, errors
 from remote_keras.storage import lakefs, locations
 from remote_keras.storage.loaders import checked_reads
 from remote_keras.storage.loaders.fetched import Fetched
@@ -153,11 +153,12 @@ class FsspecLoader:
             one_by_one.append(i)
         for fs, members in batched.items():
             inner_paths = [p for _, p in members]
-            fetched: list[Any] = (
-                checked_reads.read_batch(fs, inner_paths)
-                if checked
-                else fs.cat_ranges(inner_paths, None, None, on_error="return")
-            )
+            with client_logs.own_calls():  # each failure is translated below, naming its URL
+                fetched: list[Any] = (
+                    checked_reads.read_batch(fs, inner_paths)
+                    if checked
+                    else fs.cat_ranges(inner_paths, None, None, on_error="return")
+                )
             for (i, _), value in zip(members, fetched):
                 if isinstance(value, BaseException):
                     results[i] = errors.translate(paths[i], value)

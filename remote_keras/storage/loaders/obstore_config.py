@@ -122,8 +122,8 @@ def translate_options(
         protocol: The URL's protocol: `"s3"`, `"gs"`, `"az"`, ...
         options: fsspec-style storage options.
         bucket: The bucket, for virtual-hosted requests to a custom endpoint.
-        environ: Where `AWS_*` variables (and `STORAGE_EMULATOR_HOST`) are read;
-            `os.environ` by default.
+        environ: Where `AWS_*` variables, `STORAGE_EMULATOR_HOST` and
+            `AZURE_STORAGE_CONNECTION_STRING` are read; `os.environ` by default.
         timeout_s: Seconds one request (connection and whole body) may take;
             `config_kwargs` `connect_timeout` / `read_timeout` win.
 
@@ -141,7 +141,7 @@ def translate_options(
     if protocol in ("gs", "gcs"):
         _gcs_options(options, settings, environ)
     elif protocol in ("az", "abfs", "abfss"):
-        _azure_options(options, settings)
+        _azure_options(options, settings, environ)
     if protocol not in ("s3", "s3a"):
         options.pop("client_kwargs", None)
         settings.config.update(options)
@@ -303,8 +303,11 @@ def _s3_addressing(config_kwargs: dict[str, Any], settings: _ObstoreSettings) ->
 def _gcs_options(
     options: dict[str, Any], settings: _ObstoreSettings, environ: Mapping[str, str]
 ) -> None:
-    """gcsfs's `endpoint_url` (else `STORAGE_EMULATOR_HOST`), `token` and tuning knobs."""
-    endpoint = options.pop("endpoint_url", None) or environ.get("STORAGE_EMULATOR_HOST")
+    """gcsfs's `endpoint_url` (else `STORAGE_EMULATOR_HOST`), `token` and tuning knobs; the
+    emulator variable without a `token` means unsigned requests, as in Google's clients."""
+    given = options.pop("endpoint_url", None)
+    emulator = gcs_emulator(environ)
+    endpoint = given or emulator
     if endpoint:
         if "://" not in endpoint:  # gcsfs takes `host:port` from STORAGE_EMULATOR_HOST
             endpoint = f"http://{endpoint}"
@@ -312,7 +315,7 @@ def _gcs_options(
         if endpoint.lower().startswith("http://"):
             settings.client_options["allow_http"] = True
     token = options.pop("token", None)
-    if token == "anon":  # noqa: S105 (gcsfs's word for unsigned requests)
+    if token == "anon" or (token is None and emulator and not given):  # noqa: S105 (gcsfs's word)
         settings.config["skip_signature"] = True
     elif isinstance(token, dict):  # a service account key's fields
         settings.config["service_account_key"] = json.dumps(token)
@@ -324,13 +327,26 @@ def _gcs_options(
         options.pop(name, None)
 
 
-def _azure_options(options: dict[str, Any], settings: _ObstoreSettings) -> None:
-    """adlfs's `connection_string`, `account_host`, `sas_token`, `anon` and tuning knobs."""
+def gcs_emulator(environ: Mapping[str, str] | None = None) -> str | None:
+    """`STORAGE_EMULATOR_HOST` as gcsfs reads it: `None` when unset, empty or `"default"`."""
+    value = (os.environ if environ is None else environ).get("STORAGE_EMULATOR_HOST", "").strip()
+    return value if value not in ("", "default") else None
+
+
+def _azure_options(
+    options: dict[str, Any], settings: _ObstoreSettings, environ: Mapping[str, str]
+) -> None:
+    """adlfs's `connection_string` (else its variable), `account_host`, `sas_token`, `anon`, ...
+
+    `AZURE_STORAGE_USE_EMULATOR`, which obstore reads and adlfs (the lister) not, is overridden."""
     if options.pop("credential", None) is not None:
         raise ValueError(_inexpressible("`credential` (an azure-identity object)"))
-    fields = _connection_string_fields(options.pop("connection_string", None) or "")
+    text = options.pop("connection_string", None) or environ.get("AZURE_STORAGE_CONNECTION_STRING")
+    fields = _connection_string_fields(text or "")
     if fields.get("usedevelopmentstorage", "").lower() == "true":
         settings.config["use_emulator"] = True
+    elif environ.get("AZURE_STORAGE_USE_EMULATOR", "").strip():
+        settings.config["use_emulator"] = False
     for field, key in (("accountname", "account_name"), ("accountkey", "account_key")):
         if field in fields:
             options.setdefault(key, fields[field])
