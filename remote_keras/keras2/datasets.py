@@ -14,7 +14,7 @@ from typing import Any
 from typing_extensions import Unpack
 
 from remote_keras.keras_agnostic import dataset_arguments, image_dataset
-from remote_keras.pipeline.options import NAMES, LoaderOptions, LoaderOverrides
+from remote_keras.pipeline.options import NAMES, LoaderOptions, LoaderOverrides, keras_arguments
 
 
 def image_dataset_from_directory(
@@ -79,37 +79,17 @@ def image_dataset_from_directory(
         ValueError: an argument Keras 2's function refuses, or no images.
         NotImplementedError: an unknown `interpolation`, as in Keras 2.
     """
+    arguments = keras_arguments(locals(), "directory", "kwargs")
     from remote_keras.keras2 import keras_api
 
     extra: dict[str, Any] = dict(kwargs)
     if "smart_resize" in extra:
-        crop_to_aspect_ratio = extra.pop("smart_resize")
+        arguments["crop_to_aspect_ratio"] = extra.pop("smart_resize")
     unknown = tuple(name for name in extra if name not in NAMES)
     if unknown:
         raise TypeError(f"Unknown keywords argument(s): {unknown}")
     opts = (options or LoaderOptions()).merged(extra)
-    label_mode, labels, channels, size, interpolation = dataset_arguments.checked(
-        labels, label_mode, class_names, color_mode, image_size, interpolation, keras_line=2
-    )
-    dataset_arguments.check_split(validation_split, subset, shuffle, seed)
+    checked = dataset_arguments.make_arguments(arguments, keras_line=2)
     return image_dataset.make(
-        os.fspath(directory),
-        labels=labels,
-        label_mode=label_mode,
-        class_names=class_names,
-        channels=channels,
-        image_size=size,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        seed=seed,
-        validation_split=validation_split,
-        subset=subset,
-        interpolation=interpolation,
-        follow_links=follow_links,
-        crop_to_aspect_ratio=crop_to_aspect_ratio,
-        pad_to_aspect_ratio=False,
-        data_format="channels_last",
-        options=opts,
-        say=keras_api.print_msg,
-        keras_line=2,
+        os.fspath(directory), options=opts, say=keras_api.print_msg, **checked
     )

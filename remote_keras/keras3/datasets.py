@@ -17,7 +17,7 @@ from typing_extensions import Unpack
 from remote_keras.keras3.grain_arithmetic import KerasGrainArithmetic
 from remote_keras.keras3.keras_src import print_msg
 from remote_keras.keras_agnostic import dataset_arguments, image_dataset
-from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
+from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides, keras_arguments
 
 
 def image_dataset_from_directory(
@@ -125,38 +125,9 @@ def image_dataset_from_directory(
         MissingBackendError: `format="tf"` without TensorFlow, or
             `format="grain"` without grain (each names the extra to install).
     """
+    arguments = keras_arguments(locals(), "directory")
     opts = (options or LoaderOptions()).merged(overrides)
-    label_mode, labels, channels, size, interpolation = dataset_arguments.checked(
-        labels, label_mode, class_names, color_mode, image_size, interpolation
+    checked = dataset_arguments.make_arguments(
+        arguments, keras.config.image_data_format(), KerasGrainArithmetic
     )
-    if format not in ("tf", "grain"):
-        raise ValueError(f'`format` should be either "tf" or "grain". Received: format={format!r}')
-    dataset_arguments.check_split(validation_split, subset, shuffle, seed)
-    data_format = dataset_arguments.data_format(data_format, keras.config.image_data_format())
-    arithmetic = None
-    if format == "grain":
-        arithmetic = KerasGrainArithmetic(
-            size, interpolation, data_format, crop_to_aspect_ratio, pad_to_aspect_ratio
-        )
-    return image_dataset.make(
-        os.fspath(directory),
-        labels=labels,
-        label_mode=label_mode,
-        class_names=class_names,
-        channels=channels,
-        image_size=size,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        seed=seed,
-        validation_split=validation_split,
-        subset=subset,
-        interpolation=interpolation,
-        follow_links=follow_links,
-        crop_to_aspect_ratio=crop_to_aspect_ratio,
-        pad_to_aspect_ratio=pad_to_aspect_ratio,
-        data_format=data_format,
-        options=opts,
-        say=print_msg,
-        verbose=verbose,
-        grain_arithmetic=arithmetic,
-    )
+    return image_dataset.make(os.fspath(directory), options=opts, say=print_msg, **checked)

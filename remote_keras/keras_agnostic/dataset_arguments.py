@@ -8,6 +8,7 @@ context follows them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from remote_keras.pipeline.options import LoaderOptions
@@ -89,6 +90,69 @@ def checked(
             f"Received: interpolation={interpolation!r}"
         )
     return label_mode, labels, COLOR_MODES[color_mode], tuple(image_size), interpolation
+
+
+def make_arguments(
+    arguments: dict[str, Any],
+    default_data_format: str = "channels_last",
+    grain_arithmetic: Callable[..., Any] | None = None,
+    keras_line: int = 3,
+) -> dict[str, Any]:
+    """A front's arguments, checked in Keras's order, as `image_dataset.make` takes them.
+
+    Args:
+        arguments: The front's arguments by name, but `directory` and the
+            package's options (see `keras_arguments`). Keras 2's have no
+            `pad_to_aspect_ratio`, `data_format`, `format` or `verbose`: they
+            are `False`, `default_data_format`, `"tf"` and `True`.
+        default_data_format: The data format where `data_format` is `None`.
+        grain_arithmetic: Makes Keras's ops for `format="grain"` from
+            `(image_size, interpolation, data_format, crop_to_aspect_ratio,
+            pad_to_aspect_ratio)`.
+        keras_line: 3, or 2 for Keras 2.15's checks and classes.
+
+    Returns:
+        `image_dataset.make`'s keyword arguments but `options` and `say`.
+    """
+    given = arguments
+    label_mode, labels, channels, size, interpolation = checked(
+        given["labels"],
+        given["label_mode"],
+        given["class_names"],
+        given["color_mode"],
+        given["image_size"],
+        given["interpolation"],
+        keras_line,
+    )
+    format = given.get("format", "tf")
+    if format not in ("tf", "grain"):
+        raise ValueError(f'`format` should be either "tf" or "grain". Received: format={format!r}')
+    check_split(given["validation_split"], given["subset"], given["shuffle"], given["seed"])
+    chosen_format = data_format(given.get("data_format"), default_data_format)
+    crop, pad = given["crop_to_aspect_ratio"], given.get("pad_to_aspect_ratio", False)
+    arithmetic = None
+    if format == "grain" and grain_arithmetic is not None:
+        arithmetic = grain_arithmetic(size, interpolation, chosen_format, crop, pad)
+    return {
+        "labels": labels,
+        "label_mode": label_mode,
+        "class_names": given["class_names"],
+        "channels": channels,
+        "image_size": size,
+        "batch_size": given["batch_size"],
+        "shuffle": given["shuffle"],
+        "seed": given["seed"],
+        "validation_split": given["validation_split"],
+        "subset": given["subset"],
+        "interpolation": interpolation,
+        "follow_links": given["follow_links"],
+        "crop_to_aspect_ratio": crop,
+        "pad_to_aspect_ratio": pad,
+        "data_format": chosen_format,
+        "verbose": given.get("verbose", True),
+        "keras_line": keras_line,
+        "grain_arithmetic": arithmetic,
+    }
 
 
 def check_split(fraction: Any, subset: Any, shuffle: bool, seed: Any) -> None:
