@@ -36,17 +36,16 @@ XDIST := -n $(TEST_WORKERS) --dist loadfile
 # Run on the oldest pair too (the two-JAX-process test skips there, saying why).
 OLDEST_TESTS := tests/test_api.py tests/test_parity.py tests/test_concurrency.py \
 	tests/test_keras_preprocessing_suite.py tests/test_sharding.py \
-	tests/test_sharding_versions.py tests/test_resume.py tests/test_resume_sigkill.py \
+	tests/keras_lines tests/test_resume.py tests/test_resume_sigkill.py \
 	tests/test_resume_sweep.py tests/test_image_dataset.py \
 	tests/test_image_dataset_resume.py
 
 # On Keras's next release (the keras-nightly build .ci/keras-nightly.txt names): the tests of
 # what depends on Keras's call order: the batch order rule, resume at every step and epoch
 # boundary, reads per epoch and look-ahead, sharding (two JAX processes), dataset resume.
-NIGHTLY_TESTS := tests/test_fit_order.py tests/test_resume.py tests/test_resume_sigkill.py \
+NIGHTLY_TESTS := tests/keras_lines tests/test_resume.py tests/test_resume_sigkill.py \
 	tests/test_resume_sweep.py tests/test_fit_reads.py \
-	tests/test_sharding.py tests/test_image_dataset_resume.py tests/test_concurrency.py \
-	tests/test_epoch_clock.py
+	tests/test_sharding.py tests/test_image_dataset_resume.py tests/test_concurrency.py
 
 # Without TensorFlow (an extra), in .venv-notf: on Keras 3's JAX backend, then PyTorch's,
 # flow_from_* (API, parity with stock Keras, S3), format="grain", the core without Keras and

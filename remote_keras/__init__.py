@@ -12,11 +12,10 @@ pluggable loader on thread pools.
 import importlib
 import importlib.util
 import logging
-import os
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from remote_keras import _quiet
+from remote_keras import _quiet, keras_lines
 
 _quiet.set_level()  # before TensorFlow loads; a level the user set is kept (see `_quiet`)
 
@@ -123,7 +122,6 @@ __all__ = [
 ]
 
 
-_LEGACY_ON = ("1", "true", "yes")
 _OTHER_BACKEND = (
     "set KERAS_BACKEND=jax or KERAS_BACKEND=torch (or `backend` in ~/.keras/keras.json) "
     "before Keras is imported"
@@ -141,27 +139,7 @@ def _front() -> str:
     chosen = globals().get("_chosen_front")
     if chosen is not None:
         return chosen
-    legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in _LEGACY_ON
-    unread = legacy and not _quiet.tensorflow_installed()
-    if legacy and not unread:
-        if importlib.util.find_spec("tf_keras") is None:
-            raise ImportError(
-                "TF_USE_LEGACY_KERAS is set, which makes tf.keras the tf_keras package, but "
-                "tf_keras is not installed: `pip install tf-keras` (the version matching "
-                "TensorFlow's), or unset TF_USE_LEGACY_KERAS to use Keras 3."
-            )
-        chosen, why = "keras2", "TF_USE_LEGACY_KERAS is set: tf.keras is tf_keras (Keras 2)"
-    else:
-        try:
-            keras_version = version("keras")
-        except PackageNotFoundError:
-            keras_version = ""
-        if keras_version.startswith("2."):
-            chosen, why = "keras2", f"the installed keras is {keras_version} (Keras 2)"
-        else:
-            chosen, why = "keras3", f"the installed keras is {keras_version or 'absent'}"
-        if unread:
-            why += "; TF_USE_LEGACY_KERAS is set, but TensorFlow, which reads it, is not installed"
+    chosen, why = keras_lines.installed_front(_quiet.tensorflow_installed())
     _logger.debug("remote_keras: using the %s front (%s)", chosen, why)
     globals()["_chosen_front"] = chosen
     return chosen

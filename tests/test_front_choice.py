@@ -35,7 +35,7 @@ def test_the_front_follows_tf_keras(
     fresh_choice, monkeypatch, caplog, legacy, keras_version, expected
 ):
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", legacy)
-    monkeypatch.setattr(remote_keras, "version", lambda name: keras_version)
+    monkeypatch.setattr(remote_keras.keras_lines, "version", lambda name: keras_version)
     monkeypatch.setattr(remote_keras.importlib.util, "find_spec", lambda name: object())
     with caplog.at_level(logging.DEBUG, logger="remote_keras"):
         assert remote_keras._front() == expected
@@ -58,7 +58,7 @@ def test_legacy_keras_without_tf_keras_says_what_to_install(fresh_choice, monkey
 def test_legacy_keras_without_tensorflow_is_keras_3_quietly(fresh_choice, monkeypatch, caplog):
     """TF_USE_LEGACY_KERAS is TensorFlow's: without TensorFlow (an extra), `keras` is Keras 3."""
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
-    monkeypatch.setattr(remote_keras, "version", lambda name: "3.15.1")
+    monkeypatch.setattr(remote_keras.keras_lines, "version", lambda name: "3.15.1")
     monkeypatch.setattr(remote_keras.importlib.util, "find_spec", lambda name: None)
     with caplog.at_level(logging.DEBUG, logger="remote_keras"):
         assert remote_keras._front() == "keras3"

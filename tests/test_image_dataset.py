@@ -334,10 +334,10 @@ def test_shards_are_disjoint_and_cover(image_dir):
 
 def test_num_shards_is_refused_where_keras_splits_the_dataset_too(image_dir, monkeypatch):
     """Explicit shards under a distribution that splits datasets itself would split twice."""
-    from remote_keras.pipeline import sharding
+    from remote_keras.keras_lines import distribution
 
     local, _ = image_dir
-    monkeypatch.setattr(sharding, "keras_dataset_split", lambda: 2)
+    monkeypatch.setattr(distribution, "keras_dataset_split", lambda: 2)
     with pytest.raises(ValueError, match="split twice.*auto_shard_dataset=False"):
         rk.image_dataset_from_directory(local, image_size=(4, 4), num_shards=2, shard_index=0)
     with pytest.warns(UserWarning, match="every process reads every file") as said:

@@ -24,7 +24,12 @@ from tests.helpers import assert_same_batch
 
 # Modules that must import without Keras or TensorFlow: everything outside the Keras fronts
 # (their shared core, `keras_agnostic`, included).
-CORE_PACKAGES = ("remote_keras.storage", "remote_keras.pipeline", "remote_keras.keras_agnostic")
+CORE_PACKAGES = (
+    "remote_keras.storage",
+    "remote_keras.pipeline",
+    "remote_keras.keras_agnostic",
+    "remote_keras.keras_lines",
+)
 CORE_MODULES = (
     "remote_keras",
     "remote_keras._quiet",
@@ -39,7 +44,6 @@ CORE_MODULES = (
 FRONT_WITHOUT_KERAS = (
     "remote_keras.keras2",
     "remote_keras.keras2.datasets",
-    "remote_keras.keras2.call_order",
     "remote_keras.keras3",
     "remote_keras.keras3.backup_files",
 )

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import remote_keras as rk
-from remote_keras.keras_agnostic import fit_order
+from remote_keras.keras_lines import line_for_version
 from remote_keras.pipeline import sharding
 from remote_keras.testing.data import write_class_tree
 from tests.helpers import free_ports
@@ -423,7 +423,7 @@ def _run_workers(script: str, spec: dict, timeout_s: float = 600) -> list[dict]:
 )
 @pytest.mark.parametrize("auto_shard", [False, True], ids=["files-sharded", "keras-shards"])
 def test_two_jax_processes_fit_on_disjoint_shards_of_s3(s3_images, s3_options, auto_shard):
-    if auto_shard and not fit_order.seeds_epochs(keras.__version__):
+    if auto_shard and not line_for_version(keras.__version__).seeds_epochs:
         pytest.skip("Keras shards a PyDataset's batches itself from Keras 3.16")
     url, df = s3_images
     rows = df[["filename", "class"]].iloc[: 16 if auto_shard else 20]

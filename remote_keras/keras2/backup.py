@@ -12,7 +12,7 @@ iterator's `state_dict()` (seed, lakeFS commits, a fingerprint of the files)
 and the Python `random` state `fit(shuffle=True)` draws that epoch's batch
 order from. On restart it loads the record for the epoch and step Keras
 resumes at, so that every step trains the batch, augmentation and order of
-the uninterrupted run (`remote_keras.keras2.call_order`), at the commits the
+the uninterrupted run (`remote_keras.keras_lines.keras2`), at the commits the
 first run read.
 
 Through `iterator.to_tf_dataset()` Keras draws no order (it calls no `len()`):
@@ -28,25 +28,21 @@ resumes where a batch begins.
 from __future__ import annotations
 
 import posixpath
-import random
 import warnings
 from typing import Any
 
 from remote_keras.keras2 import backup_records, keras_api
 from remote_keras.keras2.backup_records import RECORDS_FILE, RECORDS_FORMAT
-from remote_keras.keras2.call_order import keras2_resumption
-from remote_keras.keras_agnostic.fit_order import json_random_state, python_random_state, shuffled
-from remote_keras.keras_agnostic.resume import Resumption
+from remote_keras.keras_lines import KERAS_2, keras3
+from remote_keras.keras_lines.backup_hooks import Keras2BackupHooks
+from remote_keras.keras_lines.keras2 import keras2_resumption
+from remote_keras.keras_lines.keras3 import json_random_state, python_random_state, shuffled
+from remote_keras.keras_lines.resumption import Resumption
 
 __all__ = ["RECORDS_FILE", "RECORDS_FORMAT", "BackupAndRestore"]
-# Keras 2's own methods this callback extends (keras/src/callbacks.py of Keras 2.15, lines
-# 1934-1935 and 1976-1977; tf_keras 2.21 alike): `_backup(epoch, batch)`, the one place it
-# writes a backup, and `_implements_train_batch_hooks`, which must say yes for the first
-# step of each epoch to be seen with `save_freq="epoch"` too.
-_KERAS_INTERNALS = ("_backup", "_implements_train_batch_hooks")
 
 
-class BackupAndRestore(keras_api.BackupAndRestore):
+class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
     """Keras 2's `BackupAndRestore` that also resumes the iterator's data stream exactly.
 
     Args:
@@ -76,12 +72,7 @@ class BackupAndRestore(keras_api.BackupAndRestore):
                 "restart would read the data from its first epoch again."
             )
         super().__init__(backup_dir, **kwargs)
-        missing = [name for name in _KERAS_INTERNALS if not hasattr(self, name)]
-        if missing:
-            raise RuntimeError(
-                "remote_keras.BackupAndRestore extends Keras 2's BackupAndRestore, which lacks "
-                f"{', '.join(missing)} here (tested with Keras 2.15 and tf_keras 2.21)."
-            )
+        KERAS_2.check_backup(self, keras_api.BackupAndRestore)
         self.train_iterator = train_iterator
         self.state_path = posixpath.join(str(backup_dir), RECORDS_FILE)
         self._records: list[dict[str, Any]] = []  # the last two written, oldest first
@@ -98,9 +89,6 @@ class BackupAndRestore(keras_api.BackupAndRestore):
         self._per_batch = 1  # Keras's steps per batch of the iterator (tf.distribute's split)
         self._deferred = False  # a backup in steps waits for the end of the batch
         self._writes = True  # this process writes the records (the chief)
-
-    def _implements_train_batch_hooks(self) -> bool:
-        return True  # each epoch's first step tells how its order was drawn
 
     # ---------------------------------------------------------------- Keras's hooks
 
@@ -138,10 +126,10 @@ class BackupAndRestore(keras_api.BackupAndRestore):
         if self._first_step:
             self._first_step = False
             self._observe_draw()
-        super().on_train_batch_end(batch, logs)  # may back up (`_backup`), or defer it
+        super().on_train_batch_end(batch, logs)  # may back up (`write_backup`), or defer it
         if self._deferred and (int(batch) + 1) % self._per_batch == 0:
             self._deferred = False
-            self._backup(self._epoch, batch)
+            self.write_backup(self._epoch, batch)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if self._first_step and self._per_batch > 1:
@@ -163,12 +151,13 @@ class BackupAndRestore(keras_api.BackupAndRestore):
         if deletes and keras_api.gfile.exists(self.state_path):
             keras_api.gfile.remove(self.state_path)
 
-    def _backup(self, epoch: int, batch: int = 0) -> None:
+    def write_backup(self, epoch: int, batch: int) -> None:
+        """Writes the iterator's record, then Keras 2's backup, after step `batch` of `epoch`."""
         if self.save_freq != "epoch" and (int(batch) + 1) % self._per_batch:
             self._deferred = True  # mid-batch: the step that ends the batch backs up
             return
         self._write(self._record(epoch, batch))  # first: Keras's backup always has its record
-        super()._backup(epoch=epoch, batch=batch)
+        self.keras_backup(epoch, batch)
 
     def _mine(self, state: dict[str, Any]) -> dict[str, Any]:
         """A record's iterator state (the chief's) for this worker's shard."""
@@ -184,7 +173,7 @@ class BackupAndRestore(keras_api.BackupAndRestore):
         if self.save_freq == "epoch" or batch >= steps - 1:
             # The next epoch's order is drawn from the state after this one's draws: known
             # exactly once drawn, the record is refreshed then (`_observe_draw`).
-            resume, done, state = epoch + 1, 0, random.getstate()
+            resume, done, state = epoch + 1, 0, keras3.random_state()
         else:
             resume, done, state = epoch, batch + 1, self._drawn
         return {

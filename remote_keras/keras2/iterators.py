@@ -10,7 +10,7 @@ every `on_epoch_end()` ends the epoch, except the extra one of a pair: with
 `workers > 1` or `use_multiprocessing=True`, Keras 2's `fit` reads through an
 `OrderedEnqueuer`, whose own thread calls `on_epoch_end()` once the epoch's
 batches are all handed over, and `fit` calls it too, from its thread
-(`call_order.Keras2Clock` pairs the two by thread, never by reading the call stack).
+(`keras_lines.keras2.Keras2Clock` pairs the two by thread, never by reading the call stack).
 Batches that enqueuer reads ahead for the next epoch before `fit` stops it are
 kept (threads) for the next epoch, which hands them out.
 """
@@ -22,11 +22,12 @@ import warnings
 from typing import Any
 
 from remote_keras.keras2 import keras_api
-from remote_keras.keras2.call_order import Keras2Clock, KerasDraws
 from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
 from remote_keras.keras_agnostic.dataframe import DataFrameCore
 from remote_keras.keras_agnostic.directory import DirectoryCore
 from remote_keras.keras_agnostic.pixels import keras_pixels
+from remote_keras.keras_lines import KERAS_2
+from remote_keras.keras_lines.keras2 import Keras2Clock, KerasDraws
 from remote_keras.pipeline.batches import Pixels
 
 # Set while `to_tf_dataset()` reads the batch that gives its spec: that read is ours, not fit's.
@@ -77,6 +78,7 @@ class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
 
     _clock: Keras2Clock
     _clock_type = Keras2Clock
+    keras_line = KERAS_2
 
     def _finish_init(self) -> None:
         super()._finish_init()

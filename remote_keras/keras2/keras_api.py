@@ -6,18 +6,18 @@
 home in Keras 2, and the front needs it: Keras 2 exports `Iterator`,
 `DirectoryIterator` and `NumpyArrayIterator` but not `DataFrameIterator`, which
 the front subclasses to stay a drop-in. It is read from the module that defines
-the public `Iterator` (`keras.src.preprocessing.image`,
-`tf_keras.src.preprocessing.image`). Without TensorFlow (the `tensorflow` extra),
-importing this module raises `MissingBackendError` naming that extra.
+the public `Iterator` (`remote_keras.keras_lines.private_homes`). Without
+TensorFlow (the `tensorflow` extra), importing this module raises
+`MissingBackendError` naming that extra.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 from typing import Any
 
 from remote_keras.keras_agnostic import tensorflow_import
+from remote_keras.keras_lines import private_homes
 
 try:
     import tensorflow as tf
@@ -32,7 +32,7 @@ ImageDataGenerator: Any = image.ImageDataGenerator
 Iterator: Any = image.Iterator
 DirectoryIterator: Any = image.DirectoryIterator
 NumpyArrayIterator: Any = image.NumpyArrayIterator
-DataFrameIterator: Any = importlib.import_module(Iterator.__module__).DataFrameIterator
+DataFrameIterator: Any = private_homes.keras2_dataframe_iterator(Iterator)
 Callback: Any = keras.callbacks.Callback
 BackupAndRestore: Any = keras.callbacks.BackupAndRestore
 gfile: Any = tf.io.gfile  # where Keras 2's BackupAndRestore writes (local paths and URLs)

@@ -1,12 +1,11 @@
 """`BackupAndRestore`: Keras's backups, with the iterators' state, for an exact resume.
 
 Datasets from `rk.image_dataset_from_directory` are continued at epoch boundaries
-(each resumed epoch in the uninterrupted run's order): `dataset_resume`.
+(each resumed epoch in the uninterrupted run's order): `keras_lines.dataset_passes`.
 """
 
 from __future__ import annotations
 
-import random
 import warnings
 from typing import Any
 
@@ -15,47 +14,15 @@ import keras
 from remote_keras import errors
 from remote_keras.keras3 import backup_files
 from remote_keras.keras3.keras_src import file_utils
-from remote_keras.keras_agnostic import dataset_resume, resume, workers
-from remote_keras.keras_agnostic.fit_order import (
-    EpochSeededReplay,
-    FitOrder,
-    json_random_state,
-    python_random_state,
-    seeds_epochs,
-    shuffled,
-)
+from remote_keras.keras_agnostic import resume, workers
 from remote_keras.keras_agnostic.resume import STATE_FORMAT, fingerprint
-
-# The Keras internals this callback relies on, all of Keras's own `BackupAndRestore`
-# (keras/src/callbacks/backup_and_restore.py, Keras 3.8.0 and 3.15.1 alike): its file paths
-# (lines 98-105), its batch counter `_last_batch_seen` (lines 92, 192-206: set on restore so
-# that backups fall where the uninterrupted run's did) and `_save_model()` (line 164: the
-# one place Keras writes a backup, overridden to add the iterators' state to the same
-# metadata file). Keras itself restores the epoch (`model._initial_epoch`, line 152).
-_KERAS_INTERNALS = (
-    "_weights_path",
-    "_training_metadata_path",
-    "_prev_weights_path",
-    "_prev_training_metadata_path",
-    "_last_batch_seen",
-    "_save_model",
-)
+from remote_keras.keras_lines import dataset_passes, keras3, line_of
+from remote_keras.keras_lines.backup_hooks import Keras3BackupHooks
+from remote_keras.keras_lines.keras3 import FitOrder, json_random_state
+from remote_keras.keras_lines.keras3_16 import EpochSeededReplay
 
 
-# Keras 3.16 draws each pass's batch order from `Random(pass)`, not from `random` (fit_order).
-_SEEDS_EPOCHS = seeds_epochs(keras.__version__)
-
-
-def _check_keras(callback: keras.callbacks.BackupAndRestore) -> None:
-    missing = [name for name in _KERAS_INTERNALS if not hasattr(callback, name)]
-    if missing:
-        raise RuntimeError(
-            f"remote_keras.BackupAndRestore extends Keras's BackupAndRestore, but Keras "
-            f"{keras.__version__} lacks {', '.join(missing)} (tested with Keras 3.8 to 3.15)."
-        )
-
-
-class BackupAndRestore(keras.callbacks.BackupAndRestore):
+class BackupAndRestore(Keras3BackupHooks, keras.callbacks.BackupAndRestore):
     """Keras's `BackupAndRestore` that also resumes the data stream exactly.
 
     Takes Keras's arguments. Each backup also holds the state of the
@@ -64,7 +31,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     come back as in Keras, and the iterators continue where the backup was
     taken: the interrupted epoch reads only the batches not trained yet, in
     the order and with the augmentation of the uninterrupted run (also under
-    `fit(shuffle=True)`, see `remote_keras.keras_agnostic.fit_order`), and lakeFS refs are
+    `fit(shuffle=True)`, see `remote_keras.keras_lines`), and lakeFS refs are
     read at the commits the first run pinned. Without a backup, the training
     iterator is moved to the epoch `fit` starts at (`initial_epoch`).
 
@@ -102,7 +69,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         validation_iterator: Any = None,
     ) -> None:
         super().__init__(backup_dir, save_freq, double_checkpoint, delete_checkpoint)
-        _check_keras(self)
+        line_of("keras3").check_backup(self, keras.callbacks.BackupAndRestore)
         self._iterators = {"train": train_iterator, "validation": validation_iterator}
         self._restored = {"train": False, "validation": False}
         self._order: FitOrder | None = None
@@ -116,8 +83,9 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._in_epoch = False
         self._validated: set[int] = set()  # epochs `fit` validated after, in this run
         self._passes: dict[str, Any] = {"train": [], "epoch": []}  # datasets' counts of passes
-        backup_files.prepare(self._weights_path, self._training_metadata_path)
-        self._saved = backup_files.saved_state(self._training_metadata_path)
+        paths = self.backup_paths
+        backup_files.prepare(paths.weights, paths.metadata)
+        self._saved = backup_files.saved_state(paths.metadata)
         self._find_saved()
 
     # ---------------------------------------------------------------- Keras's hooks
@@ -131,11 +99,11 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             train = self._iterators["train"]
             if train is not None:
                 train._count_resumed()  # Keras has counted whole epochs' steps by now
-            random.setstate(python_random_state(saved["python_random"]))  # fit draws from it
-            dataset_resume.restore(saved.get("datasets", []))
+            keras3.set_random_state(saved["python_random"])  # fit draws from it
+            dataset_passes.restore(saved.get("datasets", []))
         elif self._iterators["train"] is None:
             self._iterators["train"] = _single(_reset_by_keras(self._iterators))
-        self._passes["train"] = dataset_resume.counts()
+        self._passes["train"] = dataset_passes.counts()
         train = self._iterators["train"]
         steps = self.params.get("steps") if self.params else None
         if train is not None and steps not in (None, len(train)) and self.save_freq != "epoch":
@@ -151,14 +119,14 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             if self._saved is None:
                 self._origin = epoch
                 _move_to(self._iterators, epoch)
-            self._order = FitOrder(epoch, random.getstate())
+            self._order = FitOrder(epoch, keras3.random_state())
         if self._set_random_at == epoch:  # after a resumed epoch, whose own draw differed
-            random.setstate(self._order.state(epoch, self._batches()))
+            keras3.set_random_state(self._order.state(epoch, self._batches()))
             self._set_random_at = None
         if epoch != self._epoch:
             self._offset = 0
         self._epoch, self._at_epoch_end, self._in_epoch = epoch, False, True
-        self._passes["epoch"] = dataset_resume.counts()
+        self._passes["epoch"] = dataset_passes.counts()
         super().on_epoch_begin(epoch, logs)
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
@@ -170,13 +138,13 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         if self._order is not None:
             train = self._iterators["train"]
             batches = train.num_batches if train is not None else 0
-            if not _SEEDS_EPOCHS:
+            if not line_of("keras3").seeds_epochs:
                 self._order.observe(self._epoch, batches, self._batches())
             elif self._order.shuffle is None and train is not None:  # once proven, for the fit
                 fit_pass = self._epoch - self._fit_start
                 self._order.shuffle = train._read_shuffle(fit_pass, batches, batch + 1, True)
         if batch == 0 and self._epoch == self._fit_start:  # the first step of this `fit`
-            dataset_resume.warn_derived(self._passes["train"])
+            dataset_passes.warn_derived(self._passes["train"])
         self._done = batch + self._offset + 1
         super().on_train_batch_end(batch + self._offset, logs)
 
@@ -201,15 +169,17 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         if backup_files.writes_backups():  # the writer deletes the backup (`delete_checkpoint`)
             super().on_train_end(logs)
 
-    def _save_model(self) -> None:
+    def write_backup(self) -> None:
+        """Writes Keras's backup, with the iterators' state in its metadata file."""
+        paths = self.backup_paths
         if not backup_files.writes_backups():
-            backup_files.save_elsewhere(self._weights_path, self.model.save_weights)
+            backup_files.save_elsewhere(paths.weights, self.model.save_weights)
             return
         if not file_utils.exists(self.backup_dir):
             file_utils.makedirs(self.backup_dir)
         for current, previous in (
-            (self._weights_path, self._prev_weights_path),
-            (self._training_metadata_path, self._prev_training_metadata_path),
+            (paths.weights, paths.previous_weights),
+            (paths.metadata, paths.previous_metadata),
         ):
             if self.double_checkpoint and file_utils.exists(current):
                 file_utils.copy(current, previous)
@@ -219,13 +189,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             "batch": 0 if self._at_epoch_end else self._done - 1,  # as Keras writes it
             "remote_keras": self._data_state(epoch, done, validated),
         }
-        backup_files.save(
-            self._weights_path,
-            self._training_metadata_path,
-            self.model.save_weights,
-            metadata,
-            file_utils.File,
-        )
+        files = (paths.weights, paths.metadata)
+        backup_files.save(*files, self.model.save_weights, metadata, file_utils.File)
 
     def _position(self) -> tuple[int, int, bool]:
         """Where a backup taken now resumes: `(epoch, batches of it done, validated)`.
@@ -294,15 +259,15 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             iterator.load_state_dict(saved["validation"])
             return
         epoch, done = saved["epoch"], saved["batch"]
-        state = python_random_state(saved["python_random"]) if saved["fit_shuffle"] else None
+        state = keras3.python_random_state(saved["python_random"]) if saved["fit_shuffle"] else None
         self._origin = saved.get("order_origin", 0)
         replay = None
-        if _SEEDS_EPOCHS and saved["fit_shuffle"]:
+        if line_of("keras3").seeds_epochs and saved["fit_shuffle"]:
             replay = EpochSeededReplay(self._origin, epoch)
         # Keras counts a whole epoch's steps before `on_train_begin`, which counts the rest.
         iterator._load_state(saved["train"], state, counted=False, replay=replay)
         self._epoch, self._offset, self._done = epoch, done, done
-        self._last_batch_seen = done - 1 if done else 0  # Keras counts batches from here
+        self.count_batches_from(done - 1 if done else 0)  # Keras counts batches from here
         self._set_random_at = epoch + 1 if done and saved["fit_shuffle"] else None
 
 
@@ -323,7 +288,7 @@ def _recorded_shuffle(order: FitOrder, train: Any, fit_pass: int, trained: int) 
     `trained`: batches of pass `fit_pass` trained so far.
     """
     shuffle = order.shuffle
-    if shuffle is None and _SEEDS_EPOCHS and train is not None:
+    if shuffle is None and line_of("keras3").seeds_epochs and train is not None:
         shuffle = train._read_shuffle(fit_pass, train.num_batches, trained, False)
     return shuffle is not False
 
@@ -334,12 +299,11 @@ def _move_to(iterators: dict[str, Any], epoch: int) -> None:
     if train is not None and train._current_epoch() != epoch:
         # Epoch `epoch`'s samples, and the batch order a run started at epoch 0 from the
         # same seed drew for it (assuming `fit(shuffle=True)`, Keras's default).
-        state = random.getstate()
-        for _ in range(train._current_epoch(), epoch):
-            state = shuffled(len(train), state)[1]
-        random.setstate(state)
+        keras3.advance_random(len(train), epoch - train._current_epoch())
         train.set_epoch(epoch)
-        if _SEEDS_EPOCHS:  # `fit(shuffle=...)` told by the first indices Keras asks for
+        if line_of(
+            "keras3"
+        ).seeds_epochs:  # `fit(shuffle=...)` told by the first indices Keras asks for
             train._replay_fit(EpochSeededReplay(0, epoch, shuffle=None))
     if validation is not None and validation._current_epoch() != epoch:
         validation.set_epoch(epoch)
@@ -347,7 +311,7 @@ def _move_to(iterators: dict[str, Any], epoch: int) -> None:
 
 def _datasets_state(passes: dict[str, Any], mid_epoch: bool) -> list[dict[str, Any]]:
     """The datasets' draws to restore; a backup mid-epoch reads that epoch again, from its start."""
-    return dataset_resume.state(passes["train"], passes["epoch"] if mid_epoch else None)
+    return dataset_passes.state(passes["train"], passes["epoch"] if mid_epoch else None)
 
 
 # ---------------------------------------------------------------------------- finding

@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 
 from remote_keras import errors
-from remote_keras.keras_agnostic import fit_order, resume
-from remote_keras.keras_agnostic.epoch_clock import EpochClock
 from remote_keras.keras_agnostic.files import FilesMixin
 from remote_keras.keras_agnostic.lifecycle import LifecycleMixin
 from remote_keras.keras_agnostic.scheduling import SchedulingMixin
 from remote_keras.keras_agnostic.state import StateMixin
 from remote_keras.keras_agnostic.tfdata import to_tf_dataset
+from remote_keras.keras_lines import KerasLine, distribution, keras3_16
+from remote_keras.keras_lines.epoch_clock import EpochClock, built_model
+from remote_keras.keras_lines.resumption import Resumption
 from remote_keras.pipeline import batches, sharding
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.epochs import EpochPlanner
@@ -48,13 +49,15 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
     _filepaths: Sequence[str]
     # The front's one epoch tracker (Keras 2's ends its epochs by its own rule).
     _clock_type: type[EpochClock] = EpochClock
+    # The Keras line the front runs on (`remote_keras.keras_lines`), set by the front.
+    keras_line: KerasLine
 
     def _init_remote(self, options: LoaderOptions | None, overrides: LoaderOverrides) -> None:
         self.options = (options or LoaderOptions()).merged(overrides)
         opts = self.options
         detecting = opts.num_shards is None and opts.shard_index is None
         # Keras 3.16 may shard the batches itself: then every process holds all the files.
-        self.keras_batches = self._keras_batch_shard()
+        self.keras_batches = self.keras_line.batch_shard()
         if self.keras_batches is not None and not detecting and opts.num_shards != 1:
             raise ValueError(
                 f"Keras's distribution shards the batches of this iterator itself "
@@ -75,7 +78,7 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
         # Epoch, passes, batches kept for the pass and a resumed epoch's order; copies in
         # worker processes get them too.
         self._clock = self._clock_type()
-        self._prepared: tuple[int, int, resume.Resumption | None] | None = None
+        self._prepared: tuple[int, int, Resumption | None] | None = None
         self._stream_position = 0
         self._last_requested: int | None = None
         self.closed = False
@@ -126,9 +129,10 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
         self._ensure_process()
         length = self._length()
         clock = self._clock
+        caller = self._caller_level("__getitem__")  # skips' warnings name `it[i]`'s line
         with self.lock:
             if clock.held_here():
-                self._end_epochs(clock.held_here())
+                self._end_epochs(clock.held_here(), stacklevel=caller)
             # Keras's index `idx` is batch `order[idx]` of the epoch: the same, except in an
             # epoch resumed mid-way, whose indices cover only the batches it has left.
             clock.note_asked(idx)  # before the order: Keras 3.16's tells `fit(shuffle=...)`
@@ -148,7 +152,7 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
         keys = self._ahead(epoch, order, idx, previous, length)
         with self.lock:  # a batch kept from before the pass is not read again
             keys = [key for key in keys if key not in clock.kept]
-        batch = self._result(future, prefetched, keys, asked)
+        batch = self._result(future, prefetched, keys, asked, caller)
         with self.lock:
             clock.keep((epoch, position), batch)  # read outside a pass: kept for the pass
         return batch
@@ -166,7 +170,16 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
             position = self._stream_position
         steps = range(self.options.prefetch_batches)
         keys = [divmod(position + step, length) for step in steps]
-        return self._result(future, prefetched, keys, asked)
+        return self._result(future, prefetched, keys, asked, self._caller_level("__next__"))
+
+    def _caller_level(self, entry: str) -> int:
+        """The `stacklevel` (`skips.warn`) that names the caller of the entry point `entry`.
+
+        Counted from the code, from a method that `entry` calls: 2, plus a
+        frame for each override of `entry` that calls ours with `super()`
+        (Keras 2's `__getitem__`).
+        """
+        return 2 + _overrides(type(self), entry)
 
     def reset(self) -> None:
         """Makes the next `next()` call start a new epoch, as Keras does."""
@@ -177,11 +190,15 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
 
     def on_epoch_begin(self) -> None:
         """Called by Keras before each pass; refuses to feed tf.distribute's splitting a shard."""
-        askers = fit_order.keras_askers(self.workers, self.use_multiprocessing)
+        askers = keras3_16.keras_askers(self.workers, self.use_multiprocessing)
         with self.lock:
             self._clock.begin(askers)
             self.engine.fetcher.carried.record()
-        if self.shard.count > 1 and self._keras_on_tensorflow() and sharding.in_tf_multi_worker():
+        if (
+            self.shard.count > 1
+            and self._keras_on_tensorflow()
+            and distribution.in_tf_multi_worker()
+        ):
             raise ValueError(
                 f"This iterator reads shard {self.shard.index} of {self.shard.count} "
                 f"(from {self.shard.source}), but under multi-worker tf.distribute Keras "
@@ -202,46 +219,22 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
         each image is read once per epoch. See `EpochClock.end` for the rule.
         """
         self._ensure_process()
+        caller = self._caller_level("on_epoch_end")  # skips' warnings name this call's line
         with self.lock:
             ended = self._clock.end(self._length())
             if ended:  # a pass that handed out only its first batch carries its reads
                 clock = self._clock
                 self.engine.fetcher.carried.end_pass(clock.handed == 1)
                 built = clock.cut_short and clock.handed == 1  # Keras built a model from it
-                self._end_epochs(0 if self._keras_built_from_pass() else ended, built)
+                from_build = built_model(clock, self.keras_line, self._keras_on_tensorflow())
+                ending = 0 if from_build else ended
+                self._end_epochs(ending, built, stacklevel=caller)
             elif self.options.on_error == "skip":  # held: a loop of one's own still hears now
-                self.engine.skips.warn_summary(self._skips_listed_before())
-
-    def _keras_built_from_pass(self) -> bool:
-        """Whether the pass ending now was Keras building the model: it ends no epoch.
-
-        Keras 3.8-3.15's JAX and PyTorch `fit` and `evaluate` build an unbuilt
-        model from the first batch of a pass they abandon (`EpochClock.end`).
-        A fresh iterator's first pass that hands out one batch there is taken
-        for it: the next pass reads epoch 0 again (its bytes carried), so
-        the first epoch of `fit` is epoch 0, as on TensorFlow, and every
-        process of a sharded run reads its own share of it once.
-        """
-        clock = self._clock
-        return (
-            clock.epoch == 0
-            and clock.handed == 1
-            and clock.resume is None
-            and not self._keras_on_tensorflow()
-            and not self._keras_seeds_epochs()
-        )
+                self.engine.skips.warn_summary(self._skips_listed_before(), stacklevel=caller)
 
     def _keras_on_tensorflow(self) -> bool:
         """Whether the Keras calling this iterator trains on TensorFlow (Keras 2 always does)."""
         return True
-
-    def _keras_seeds_epochs(self) -> bool:
-        """Whether this Keras draws `fit(shuffle=True)`'s orders per pass (3.16, `fit_order`)."""
-        return False
-
-    def _keras_batch_shard(self) -> tuple[int, int] | None:
-        """`(index, count)` where this Keras's `fit` asks each process for its batches only."""
-        return None
 
     def _end_pass(self) -> None:
         """Ends the epoch whatever the passes (for `to_tf_dataset`, which Keras never begins)."""
@@ -254,11 +247,15 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
             pending = self._clock.resume
             return pending is not None and pending.epoch == self._clock.epoch
 
-    def _end_epochs(self, count: int, carried: bool = False) -> None:
-        """Moves `count` epochs on (the caller holds the lock); `carried`: reads go on."""
+    def _end_epochs(self, count: int, carried: bool = False, stacklevel: int = 2) -> None:
+        """Moves `count` epochs on (the caller holds the lock); `carried`: reads go on.
+
+        The skips' summary names the line `stacklevel` above this call
+        (`skips.warn`): by default the caller of the entry point calling it.
+        """
         self._clock.advance(count)
         if self.options.on_error == "skip":  # counts what `skipped` lists
-            self.engine.skips.warn_summary(self._skips_listed_before())
+            self.engine.skips.warn_summary(self._skips_listed_before(), stacklevel=stacklevel + 1)
         self._last_requested = None
         self._prefetcher.clear()
         self.index_array = self._planner.order(self._clock.epoch)
@@ -277,5 +274,11 @@ class RemoteBatchCore(StateMixin, FilesMixin, SchedulingMixin, LifecycleMixin):
             plan,
             self._current_epoch(),
         )
-        self.engine.skips.warn_pending()
+        self.engine.skips.warn_pending(2)  # at the caller's line
         return batches.assemble(self._batch_targets(), *load, self._batch_save_to())
+
+
+def _overrides(cls: type, name: str) -> int:
+    """How many classes before `RemoteBatchCore` in `cls`'s MRO define the method `name`."""
+    mro = cls.__mro__
+    return sum(name in vars(base) for base in mro[: mro.index(RemoteBatchCore)])

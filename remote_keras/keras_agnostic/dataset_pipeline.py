@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from remote_keras import errors
-from remote_keras.keras_agnostic import dataset_resume
+from remote_keras.keras_lines import dataset_passes
 from remote_keras.pipeline import interrupts
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.executors import DaemonExecutor
@@ -83,7 +83,7 @@ class EpochReader:
         self._tokens = itertools.count(1)
         self._epochs: dict[int, _Account] = {}
         self._lock = threading.Lock()
-        self.passes = dataset_resume.Passes()
+        self.passes = dataset_passes.Passes()
         self.skips = SkipLog()  # this dataset's own (`subset="both"` makes two readers)
         self._consumed = 0  # batches the consumer took from the pass in progress
         # TensorFlow's reason a body does not decode (set by `build`), for the error.

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from remote_keras.keras_agnostic import dataset_resume, tensorflow_import
+from remote_keras.keras_agnostic import tensorflow_import
 from remote_keras.keras_agnostic.dataset_pipeline import EpochReader
+from remote_keras.keras_lines import dataset_passes
 from remote_keras.pipeline import interrupts
 
 if TYPE_CHECKING:
@@ -197,5 +198,5 @@ def build(
     if not batch_size_visible:  # a map would hide the batch size again: no count, no carry
         batches = batches.map(consumed)
 
-    dataset_resume.attach(batches, order, n, reader.passes, seed)
+    dataset_passes.attach(batches, order, n, reader.passes, seed)
     return batches

@@ -24,6 +24,7 @@ from remote_keras.keras_agnostic import (
     dataset_pipeline,
     dataset_tf,
 )
+from remote_keras.keras_lines import distribution
 from remote_keras.pipeline import sharding
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.options import LoaderOptions
@@ -205,7 +206,7 @@ def _shard(opts: LoaderOptions) -> tuple[sharding.Shard, int]:
     (`auto_shard_dataset=False`: "the dataset is already sharded") gives this
     process's shard. `tf.distribute` strategies shard the dataset themselves.
     """
-    keras_split = sharding.keras_dataset_split()
+    keras_split = distribution.keras_dataset_split()
     if opts.num_shards is None and opts.shard_index is None:
         if keras_split > 1:
             return sharding.Shard(), keras_split

@@ -4,33 +4,17 @@ An iterator's batch `b` of epoch `e` is a pure function of `(seed, e, b)`, so
 its state is small: the epoch, how many of its batches were consumed, and
 what identifies the data (seed, shard, lakeFS commits, a fingerprint of the
 file list). The order `fit(shuffle=True)` asks for batches in is replayed by
-`remote_keras.keras_agnostic.fit_order`; the callback that saves and restores states with
+`remote_keras.keras_lines`; the callback that saves and restores states with
 Keras's backups is `remote_keras.keras3.backup.BackupAndRestore`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from typing import Any
 
 # Version of the dictionaries `state_dict()` returns.
 STATE_FORMAT = 1
-
-
-@dataclasses.dataclass(frozen=True)
-class Resumption:
-    """How an iterator serves the rest of an interrupted epoch.
-
-    Attributes:
-        epoch: The interrupted epoch.
-        positions: For each index Keras asks for in that epoch, the batch
-            (its position in the epoch's order) to return; one entry per
-            batch not consumed yet.
-    """
-
-    epoch: int
-    positions: tuple[int, ...]
 
 
 def fingerprint(iterator: Any) -> dict[str, Any]:

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from remote_keras.keras_agnostic import fit_order
-from remote_keras.keras_agnostic.epoch_clock import EpochClock
+from remote_keras.keras_lines import KerasLine
+from remote_keras.keras_lines.epoch_clock import EpochClock
+from remote_keras.keras_lines.keras3_16 import EpochSeededReplay
 from remote_keras.pipeline import batches
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.epochs import BatchPlan, EpochPlanner
@@ -37,6 +38,7 @@ class SchedulingMixin:
     _home_pid: int
     options: LoaderOptions
     keras_batches: tuple[int, int] | None
+    keras_line: KerasLine
     workers: int
     use_multiprocessing: bool
 
@@ -45,8 +47,6 @@ class SchedulingMixin:
         def _current_epoch(self) -> int: ...
 
         def batch_pixels(self) -> batches.Pixels: ...
-
-        def _keras_seeds_epochs(self) -> bool: ...
 
     def _start(self, epoch: int, index: int) -> tuple[Future, bool]:
         future = self._prefetcher.claim((epoch, index))
@@ -81,18 +81,20 @@ class SchedulingMixin:
                 if self._prefetcher.wants(key):
                     self._prefetcher.ahead(key, self._task(*key))
 
-    def _result(self, future: Future, prefetched: bool, ahead: list, asked: float):
+    def _result(self, future: Future, prefetched: bool, ahead: list, asked: float, stacklevel: int):
         """Waits for a batch, starting the `ahead` batches meanwhile (or after, if it is cold).
 
         A batch that was not started ahead of time goes first, so that the
-        look-ahead does not compete with it (time to first batch).
+        look-ahead does not compete with it (time to first batch). Its skips'
+        warnings name the line `stacklevel` above the call (`skips.warn`).
         """
         if prefetched:
             self._look_ahead(ahead)
         with self.engine.stats.busy("wait_s"):
             plan, batch_x = future.result()
         self.engine.stats.add(batches=1)
-        self.engine.skips.warn_pending()  # this batch's skips (and those read ahead of it)
+        # This batch's skips (and those read ahead of it).
+        self.engine.skips.warn_pending(stacklevel + 1)
         if not prefetched:
             self._look_ahead(ahead)
         batch = batches.assemble(self._batch_targets(), plan, batch_x, self._batch_save_to())
@@ -142,7 +144,7 @@ class SchedulingMixin:
         if self.use_multiprocessing or os.getpid() != self._home_pid:
             return []
         depth = self.options.prefetch_batches
-        if self._keras_seeds_epochs():
+        if self.keras_line.seeds_epochs:
             shard = self.keras_batches or (0, 1)
             with self.lock:
                 in_pass = self._clock.in_pass
@@ -177,7 +179,7 @@ class SchedulingMixin:
             self.options.jpeg_draft,
         )
 
-    def _replay_fit(self, replay: fit_order.EpochSeededReplay | None) -> None:
+    def _replay_fit(self, replay: EpochSeededReplay | None) -> None:
         """Reads every epoch from now on in the steps `replay` maps Keras's indices to."""
         with self.lock:
             self._clock.replay = replay

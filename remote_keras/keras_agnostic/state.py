@@ -7,8 +7,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from remote_keras import errors
-from remote_keras.keras_agnostic import fit_order, resume
-from remote_keras.keras_agnostic.epoch_clock import EpochClock
+from remote_keras.keras_agnostic import resume
+from remote_keras.keras_lines import keras3
+from remote_keras.keras_lines.epoch_clock import EpochClock
+from remote_keras.keras_lines.keras3_16 import EpochSeededReplay
+from remote_keras.keras_lines.resumption import Resumption
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.epochs import EpochPlanner
 from remote_keras.pipeline.prefetch import Prefetcher
@@ -38,7 +41,7 @@ class StateMixin:
     _path_prefix: str | None
     _stream_position: int
     _last_requested: int | None
-    _prepared: tuple[int, int, resume.Resumption | None] | None
+    _prepared: tuple[int, int, Resumption | None] | None
 
     def __len__(self) -> int:
         return self._length()
@@ -51,7 +54,7 @@ class StateMixin:
 
         def _ensure_process(self) -> None: ...
 
-        def _replay_fit(self, replay: fit_order.EpochSeededReplay | None) -> None: ...
+        def _replay_fit(self, replay: EpochSeededReplay | None) -> None: ...
 
         def _repin(self, pins: list[LakeFSPin]) -> None: ...
 
@@ -203,7 +206,7 @@ class StateMixin:
         state: dict[str, Any],
         fit_random_state: tuple | None,
         counted: bool,
-        replay: fit_order.EpochSeededReplay | None = None,
+        replay: EpochSeededReplay | None = None,
     ):
         """`load_state_dict`; `counted=False` leaves `num_batches` whole until `_count_resumed`.
 
@@ -213,12 +216,12 @@ class StateMixin:
         epoch, done = int(state["epoch"]), int(state["batch"])
         shuffled = fit_random_state is not None
 
-        def rest(length: int) -> resume.Resumption | None:
+        def rest(length: int) -> Resumption | None:
             if not done:
                 return None
             if replay is not None:
-                return resume.Resumption(epoch, replay.positions(epoch, length, done) or ())
-            return fit_order.fit_resumption(epoch, done, length, shuffled, fit_random_state)
+                return Resumption(epoch, replay.positions(epoch, length, done) or ())
+            return keras3.fit_resumption(epoch, done, length, shuffled, fit_random_state)
 
         self._load_resumption(state, rest, counted)
         self._replay_fit(replay)
@@ -226,7 +229,7 @@ class StateMixin:
     def _load_resumption(
         self,
         state: dict[str, Any],
-        rest: Callable[[int], resume.Resumption | None],
+        rest: Callable[[int], Resumption | None],
         counted: bool = True,
     ) -> None:
         """Loads `state`; `rest(batches per epoch)` orders the rest of its epoch (a front's)."""
@@ -256,7 +259,7 @@ class StateMixin:
         self._go_to(*prepared)
 
     def _go_to(
-        self, epoch: int, done: int, pending: resume.Resumption | None, counted: bool = True
+        self, epoch: int, done: int, pending: Resumption | None, counted: bool = True
     ) -> None:
         with self.lock:
             self._clock.go_to(epoch, pending, counted)

@@ -27,7 +27,7 @@ raise its own `KeyboardInterrupt`, so `fit` would hang. The parent stops its
 workers when it stops.
 
 Failing those batches reads Keras's registry of its pools
-(`py_dataset_adapter._DATA_POOLS`) and completes their pending results
+(`remote_keras.keras_lines.worker_pools`) and completes their pending results
 (`Pool._cache`, `ApplyResult._set`): the standard library offers no public
 way to complete a task whose process died (CPython issue gh-66587), and
 Keras none to end its wait.
@@ -41,12 +41,12 @@ import multiprocessing
 import os
 import select
 import signal
-import sys
 import threading
 import weakref
 from typing import Any
 
 from remote_keras.errors import WorkerDiedError
+from remote_keras.keras_lines.worker_pools import keras_worker_pools
 
 logger = logging.getLogger("remote_keras")
 
@@ -54,13 +54,6 @@ logger = logging.getLogger("remote_keras")
 # workers are processes (only then are forked children watched).
 _OPEN: weakref.WeakSet[Any] = weakref.WeakSet()
 _MULTIPROCESS: weakref.WeakSet[Any] = weakref.WeakSet()
-# Where each Keras keeps its worker pools (`_DATA_POOLS`): Keras 3's `PyDataset` adapter, and
-# Keras 2's `data_utils` (TensorFlow 2.15's `keras`, and `tf_keras`).
-_POOL_REGISTRIES = (
-    "keras.src.trainers.data_adapters.py_dataset_adapter",
-    "keras.src.utils.data_utils",
-    "tf_keras.src.utils.data_utils",
-)
 _STOPPING = (signal.SIGTERM, signal.SIGINT)  # a pool's `terminate()`, or Ctrl-C
 _interrupts_checked_in = 0  # the process `leave_interrupts_to_parent` last looked at
 
@@ -214,13 +207,7 @@ def _message(process: Any, signum: int) -> str:
 def _fail_pending(error: WorkerDiedError) -> None:
     """Completes every batch Keras's worker pools still owe with `error`."""
     logger.error("%s", error)
-    # Keras's pools exist only if its adapter module was loaded: no import here.
-    pools = [
-        pool
-        for name in _POOL_REGISTRIES
-        for pool in list(getattr(sys.modules.get(name), "_DATA_POOLS", ()))
-    ]
-    for pool in pools:
+    for pool in keras_worker_pools():
         for result in list(getattr(pool, "_cache", {}).values()):
             try:
                 result._set(0, (False, error))

@@ -16,7 +16,7 @@ adapter passes `on_epoch_begin()` on before it starts its workers
 (`py_dataset_adapter.py`, lines 359-362), yet its workers were seen asking for a
 pass's first indices after Keras's reset and before that call reached the
 iterator: `EpochClock.note_asked` counts them for the pass. The Keras 2 front's
-clock is `remote_keras.keras2.call_order.Keras2Clock`.
+clock is `remote_keras.keras_lines.keras2.Keras2Clock`.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from remote_keras.keras_agnostic import fit_order, resume
+from remote_keras.keras_lines import KerasLine, keras3, keras3_16
+from remote_keras.keras_lines.resumption import Resumption
 
 # Batches read outside a pass that are kept for the pass (TensorFlow's spec inference reads 2).
 KEPT_BATCHES = 2
-# Indices asked for that a pass keeps, to tell `fit(shuffle=...)` on Keras 3.16 (`fit_order`).
+# Indices asked for that a pass keeps, to tell `fit(shuffle=...)` on Keras 3.16 (`keras3_16`).
 ASKED_KEPT = 64
 
 
@@ -50,7 +51,7 @@ class EpochClock:
         self.cut_short = False  # the last epoch ended in a pass that handed out only some
         self.held: tuple[int, int, int] | None = None  # (pid, thread, ends) not applied yet
         self.kept: dict[tuple[int, int], Any] = {}  # (epoch, position) -> batch
-        self.resume: resume.Resumption | None = None
+        self.resume: Resumption | None = None
         # Keras 3.16's `fit(shuffle=True)` resumed: `positions(epoch, batches)` of later epochs.
         self.replay: Any = None
         self.asked: list[int] = []  # the first indices asked for in this pass (`ASKED_KEPT`)
@@ -75,7 +76,7 @@ class EpochClock:
 
         Args:
             keras_workers: How many threads Keras 3 asks for the pass's
-                indices from at once (`fit_order.possible_shuffles`).
+                indices from at once (`keras3_16.possible_shuffles`).
         """
         # Keras's `epoch_iterator.reset()` ends the epoch outside a pass once per `fit`: the
         # pass after it is the `fit`'s first (Keras 3.16 draws its order from that count).
@@ -139,7 +140,7 @@ class EpochClock:
         self.resume_counted = True
         self.kept = {key: batch for key, batch in self.kept.items() if key[0] >= self.epoch}
 
-    def go_to(self, epoch: int, pending: resume.Resumption | None, counted: bool) -> None:
+    def go_to(self, epoch: int, pending: Resumption | None, counted: bool) -> None:
         """Reads `epoch` next (the rest of it in `pending`'s order); keeps its kept batches."""
         self.epoch = epoch
         self.in_pass = False
@@ -178,7 +179,7 @@ class EpochClock:
         """Keras 3.16: the indices it will ask for after `idx` in this pass, once told.
 
         `None` outside a pass, and while the indices asked so far do not tell
-        `fit(shuffle=...)` (`fit_order.tell_shuffle`).
+        `fit(shuffle=...)` (`keras3_16.tell_shuffle`).
         """
         if not self.in_pass:
             return None
@@ -189,8 +190,8 @@ class EpochClock:
             shuffle = self.read_shuffle(self.fit_pass, count, shard=shard)
             if shuffle is None:
                 return None
-        asks = fit_order.keras_asks(self.fit_pass, count, shuffle, shard)
-        step = fit_order.step_of(self.fit_pass, count, shuffle, shard).get(idx)
+        asks = keras3_16.keras_asks(self.fit_pass, count, shuffle, shard)
+        step = keras3_16.step_of(self.fit_pass, count, shuffle, shard).get(idx)
         return None if step is None else asks[step + 1 :]
 
     def read_shuffle(
@@ -207,16 +208,16 @@ class EpochClock:
             fit_pass: The pass of the `fit` (from 0).
             count: Batches the pass asks for.
             trained: Batches of the pass Keras has trained on.
-            shard: Keras's batch shard (`fit_order.keras_asks`).
-            proven: Only a value the indices prove (`fit_order.prove_shuffle`),
-                else their best reading (`fit_order.tell_shuffle`).
+            shard: Keras's batch shard (`keras3_16.keras_asks`).
+            proven: Only a value the indices prove (`keras3_16.prove_shuffle`),
+                else their best reading (`keras3_16.tell_shuffle`).
 
         Returns:
             `True` or `False`; `None` while unproven (or, read, while they tell nothing).
         """
         if len(self.asked) >= ASKED_KEPT:
             trained = 0  # the first trained ones may be among those not kept
-        tell = fit_order.prove_shuffle if proven else fit_order.tell_shuffle
+        tell = keras3_16.prove_shuffle if proven else keras3_16.tell_shuffle
         return tell(self.asked, fit_pass, count, shard, self.askers, self.keras_workers, trained)
 
     def note_asked(self, idx: int) -> None:
@@ -280,11 +281,31 @@ class EpochClock:
             del self.kept[next(iter(self.kept))]
 
 
+def built_model(clock: EpochClock, line: KerasLine, on_tensorflow: bool) -> bool:
+    """Whether the pass ending now was Keras building the model: it ends no epoch.
+
+    Keras 3.8-3.15's JAX and PyTorch `fit` and `evaluate` build an unbuilt
+    model from the first batch of a pass they abandon (`EpochClock.end`;
+    `KerasLine.builds_from_a_pass`). A fresh iterator's first pass that
+    hands out one batch there is taken for it: the next pass reads epoch 0
+    again (its bytes carried), so the first epoch of `fit` is epoch 0, as
+    on TensorFlow, and every process of a sharded run reads its own share
+    of it once.
+
+    Args:
+        clock: The iterator's clock, as the pass ends.
+        line: The Keras line the iterator runs on.
+        on_tensorflow: Whether Keras trains on TensorFlow.
+    """
+    builds = line.builds_from_a_pass and not on_tensorflow
+    return builds and clock.epoch == 0 and clock.handed == 1 and clock.resume is None
+
+
 class PredictedOrder:
     """The indices a pass of Keras 3.8-3.15 will ask for, checked as it asks.
 
     Keras draws the pass's order from Python's global `random` after
-    `on_epoch_begin()` (`fit_order`): made then, the prediction is what
+    `on_epoch_begin()` (`keras3`): made then, the prediction is what
     `random.shuffle(list(range(count)))` would draw (nothing is drawn).
 
     Args:
@@ -292,7 +313,7 @@ class PredictedOrder:
     """
 
     def __init__(self, count: int) -> None:
-        self.order: Sequence[int] | None = fit_order.shuffled(count, random.getstate())[0]
+        self.order: Sequence[int] | None = keras3.shuffled(count, random.getstate())[0]
         self.matched = 0  # asks that followed it
 
     def follow(self, idx: int) -> None:

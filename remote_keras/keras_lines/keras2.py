@@ -1,4 +1,4 @@
-"""The one module of the Keras 2 front that relies on the order of Keras 2's own calls.
+"""Keras 2.15 and tf_keras: the order of Keras 2's own calls, as the Keras 2 front relies on it.
 
 Epoch ends. Keras 2 never calls `on_epoch_begin()`; it calls `on_epoch_end()`
 once at the end of each epoch of `fit`, `evaluate` and `predict`, after
@@ -27,8 +27,7 @@ So the iterator's `len()` is where the state an epoch's order is drawn from
 can be seen (`KerasDraws.seen`) and, on a resume, set (`KerasDraws.armed`):
 Keras then draws the uninterrupted run's order again, and every later epoch's.
 
-Keras-free, so that it is tested without Keras 2 (tests/test_keras2_epoch_ends.py,
-tests/test_keras2_fit_order.py).
+Keras-free, so that it is tested without Keras 2 (`tests/keras_lines/test_keras2.py`).
 """
 
 from __future__ import annotations
@@ -37,9 +36,9 @@ import random
 import threading
 from typing import Any
 
-from remote_keras.keras_agnostic.epoch_clock import EpochClock
-from remote_keras.keras_agnostic.fit_order import shuffled
-from remote_keras.keras_agnostic.resume import Resumption
+from remote_keras.keras_lines.epoch_clock import EpochClock
+from remote_keras.keras_lines.keras3 import shuffled
+from remote_keras.keras_lines.resumption import Resumption
 
 # Batches read before an epoch's own reads that it hands out again: Keras 2's reading of batch 0
 # for the spec, or, after an enqueuer ended the epoch, what it read ahead for the next one

@@ -1,53 +1,31 @@
-"""The one place that knows how `fit(shuffle=True)` draws each epoch's batch order.
+"""Keras 3.8 to 3.15 (and Keras 2's shuffle): `fit(shuffle=True)`'s order from `random`.
 
-Two rules, by Keras release:
-
-- Keras 3.8 to 3.15 (and Keras 2's enqueuer): from Python's global `random`,
-  below (`FitOrder`, `fit_resumption`).
-- Keras 3.16 on (keras-team/keras commit ea6968a): `PyDatasetAdapter` counts its
-  own epochs from 0, one per `on_epoch_end()` (`py_dataset_adapter.py`, lines
-  215, 275 and 369 of 3.16.0.dev2026102704), and draws each pass's order from
-  `random.Random(its epoch)`, in `_finite_generator` and `OrderedEnqueuer._run`
-  (line 696). A new adapter is made by every `fit`, whose `epoch_iterator.reset()`
-  (TensorFlow trainer line 374, JAX 484, torch 395) calls `on_epoch_end()` once
-  before the first pass: training pass `p` of a `fit` (from 0) draws from
-  `Random(p + 1)`, whatever epoch `fit` starts at (`epoch_seeded_order`). A fit
-  resumed at epoch `k` therefore asks in other orders than the uninterrupted
-  run that started at epoch `o`; `EpochSeededReplay` maps each index it asks for
-  to the batch the uninterrupted run trained at that step. `prove_shuffle`
-  tells `fit(shuffle=...)` from the indices asked, by which thread and what
-  Keras trained: with `workers > 1` (line 226) the enqueuer hands the pass's
-  indices in order to a pool of `workers` threads (line 715), one thread asks
-  in order without it, and only one of the two orders can fit. Until then,
-  `tell_shuffle` reads the order the indices follow more closely.
-
-For Keras 3.8 to 3.15: Keras's `PyDataset` adapter (and its worker queue) asks for an epoch's batch
+Keras's `PyDataset` adapter (and its worker queue) asks for an epoch's batch
 indices in the order `random.shuffle(list(range(num_batches)))` leaves them,
 drawn from Python's global `random` when the pass starts
-(`keras/src/trainers/data_adapters/py_dataset_adapter.py`, `_finite_generator`
-and `OrderedEnqueuer._run`; Keras 3.8 to 3.15), and in order with
+(`keras/src/trainers/data_adapters/py_dataset_adapter.py`: `_finite_generator`,
+line 261 of Keras 3.15.1, and `OrderedEnqueuer._run`, line 625; Keras 3.8 to
+3.15), and in order with
 `fit(shuffle=False)`. To resume an epoch mid-way in the order the
 uninterrupted run used, a backup keeps the `random` state the epoch's order
-was drawn from, and the restored run sets it again before `fit` draws.
+was drawn from, and the restored run sets it again before `fit` draws
+(`capture_random`, `restore_random`: the only reads and writes of Python's
+global `random` state in the package are in this layer).
 
 `FitOrder` also tells which of the two `fit` does without reading its
 arguments: it compares Python's `random` state when training begins with
 the state after the first pass started. This assumes nothing else in the
 process draws from Python's `random` during `fit`; when something does, the
-order cannot be replayed and `FitOrder` says so with a warning.
+order cannot be replayed and `FitOrder` says so with a warning. Keras 3.16's
+rule is `remote_keras.keras_lines.keras3_16`.
 """
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
-import functools
-import itertools
 import random
 import warnings
-from collections.abc import Sequence
 
-from remote_keras.keras_agnostic.resume import Resumption
+from remote_keras.keras_lines.resumption import Resumption
 
 
 def json_random_state(state: tuple) -> list:
@@ -60,6 +38,28 @@ def python_random_state(saved: list) -> tuple:
     """The inverse of `json_random_state`."""
     version, internal, gauss = saved
     return (version, tuple(internal), gauss)
+
+
+def random_state() -> tuple:
+    """Python's global `random` state now (what `fit` draws its next order from)."""
+    return random.getstate()
+
+
+def set_random_state(state: tuple | list) -> None:
+    """Sets Python's global `random` state, for `fit` to draw the order it drew from it.
+
+    Args:
+        state: A `random.getstate()` tuple, or its JSON form (`json_random_state`).
+    """
+    random.setstate(python_random_state(state) if isinstance(state, list) else state)
+
+
+def advance_random(count: int, epochs: int) -> None:
+    """Moves Python's `random` on by `epochs` draws of `fit(shuffle=True)`'s order of `count`."""
+    state = random.getstate()
+    for _ in range(epochs):
+        state = shuffled(count, state)[1]
+    random.setstate(state)
 
 
 def shuffled(count: int, state: tuple) -> tuple[list[int], tuple]:
@@ -150,249 +150,3 @@ class FitOrder:
             if self.shuffle is not None:
                 self.states[e + 1] = state
         return state
-
-
-# ---------------------------------------------------------------------- Keras 3.16 and later
-
-
-def seeds_epochs(keras_version: str) -> bool:
-    """Whether this Keras draws each pass's batch order from `Random(epoch)` (3.16 on)."""
-    major, minor = (int(part) for part in keras_version.split(".")[:2])
-    return (major, minor) >= (3, 16)
-
-
-@functools.lru_cache(maxsize=16)
-def epoch_seeded_order(fit_pass: int, count: int) -> tuple[int, ...]:
-    """The indices Keras 3.16's `fit(shuffle=True)` asks for in pass `fit_pass` of a `fit`."""
-    order = list(range(count))
-    random.Random(fit_pass + 1).shuffle(order)  # noqa: S311 - replays Keras's draw
-    return tuple(order)
-
-
-@dataclasses.dataclass(frozen=True)
-class EpochSeededReplay:
-    """Keras 3.16's `fit(shuffle=True)`: what each index a later `fit` asks for reads.
-
-    Attributes:
-        origin: The epoch the uninterrupted run's `fit` started at (its pass 0).
-        start: The epoch this `fit` started at.
-        shuffle: `fit(shuffle=...)`; `None` until the indices asked prove it
-            (`prove_shuffle`).
-        reading: Meanwhile, what the indices asked suggest (`tell_shuffle`);
-            Keras's default, `True`, while they suggest nothing.
-    """
-
-    origin: int
-    start: int
-    shuffle: bool | None = True
-    reading: bool | None = None
-
-    def positions(self, epoch: int, batches: int, done: int = 0) -> tuple[int, ...] | None:
-        """For each index asked in `epoch`, the position the uninterrupted run read at its step.
-
-        Args:
-            epoch: An epoch this `fit` trains.
-            batches: Batches per epoch.
-            done: Batches of `epoch` trained before this `fit` (it asks for the rest).
-
-        Returns:
-            The positions, one per index asked; `None` where they are the
-            indices themselves (this `fit` is the uninterrupted run).
-        """
-        shuffle = self.reading if self.shuffle is None else self.shuffle
-        if epoch < self.start or shuffle is False:
-            return None
-        if self.origin == self.start and not done:
-            return None
-        return _replayed(self.origin, self.start, epoch, batches, done)
-
-    def told(
-        self,
-        asked: Sequence[int],
-        epoch: int,
-        batches: int,
-        askers: Sequence[int] | None = None,
-        workers: int | None = None,
-    ) -> EpochSeededReplay:
-        """Itself, with `shuffle` once the indices `asked` in `epoch` prove it, else read.
-
-        `askers` and `workers` as for `possible_shuffles`.
-        """
-        if self.shuffle is not None or epoch < self.start:
-            return self
-        fit_pass = epoch - self.start
-        possible = possible_shuffles(asked, fit_pass, batches, askers=askers, workers=workers)
-        if len(possible) == 1:
-            return dataclasses.replace(self, shuffle=possible[0])
-        return dataclasses.replace(self, reading=_closer_order(asked, fit_pass, batches))
-
-
-@functools.lru_cache(maxsize=16)
-def _replayed(origin: int, start: int, epoch: int, batches: int, done: int) -> tuple[int, ...]:
-    """`EpochSeededReplay.positions`, computed once per epoch (it is asked at every batch)."""
-    rest = epoch_seeded_order(epoch - origin, batches)[done:]
-    asked = epoch_seeded_order(epoch - start, len(rest))
-    positions = [0] * len(rest)
-    for step, index in enumerate(asked):
-        positions[index] = rest[step]
-    return tuple(positions)
-
-
-@functools.lru_cache(maxsize=16)
-def keras_asks(
-    fit_pass: int, count: int, shuffle: bool, shard: tuple[int, int] = (0, 1)
-) -> tuple[int, ...]:
-    """The indices Keras 3.16 asks one process for in pass `fit_pass` of a `fit`, in order.
-
-    Args:
-        fit_pass: The pass of the `fit` (from 0).
-        count: The iterator's `num_batches`.
-        shuffle: `fit(shuffle=...)`.
-        shard: `(data_shard_id, num_data_shards)` when Keras's adapter shards
-            the batches (`py_dataset_adapter.py` line 277 and 698:
-            every `num_data_shards`-th index of the pass's order).
-    """
-    order = epoch_seeded_order(fit_pass, count) if shuffle else tuple(range(count))
-    return order[shard[0] :: shard[1]]
-
-
-@functools.lru_cache(maxsize=16)
-def step_of(
-    fit_pass: int, count: int, shuffle: bool, shard: tuple[int, int] = (0, 1)
-) -> dict[int, int]:
-    """The step of each index in `keras_asks(...)`."""
-    return {index: step for step, index in enumerate(keras_asks(fit_pass, count, shuffle, shard))}
-
-
-def keras_askers(workers: int, use_multiprocessing: bool) -> int:
-    """How many threads Keras 3.16 asks a `PyDataset` from at once, given its settings.
-
-    Its enqueuer (`workers > 1`, or worker processes: `py_dataset_adapter.py`
-    line 226) hands the indices to `workers` threads; without it, one asks.
-    """
-    return workers if workers > 1 or (workers > 0 and use_multiprocessing) else 1
-
-
-def possible_shuffles(
-    asked: Sequence[int],
-    fit_pass: int,
-    count: int,
-    shard: tuple[int, int] = (0, 1),
-    askers: Sequence[int] | None = None,
-    workers: int | None = None,
-    trained: int = 0,
-) -> list[bool]:
-    """The values of `fit(shuffle=...)` whose order Keras 3.16 could have asked in as `asked` was.
-
-    Keras hands a pass's indices, in its order, to a queue that `workers`
-    threads take them from one at a time (one thread, in order, without
-    its enqueuer). So, in the true order: each thread asks in increasing
-    steps; when one asks step `s`, every earlier step has been taken, and
-    those not asked yet are held by the other threads (at most
-    `workers - 1`); and once Keras trained `trained` batches of the pass,
-    the order's first `trained` indices were asked.
-
-    Args:
-        asked: The indices asked for so far in the pass, in arrival order.
-        fit_pass: The pass of the `fit` (from 0).
-        count: Batches the pass asks for.
-        shard: Keras's batch shard (see `keras_asks`).
-        askers: The thread that asked each index (`None`: each its own).
-        workers: How many threads Keras asks from at once (`None`: unknown).
-        trained: Batches of the pass Keras has trained on, when `asked`
-            holds every index asked so far (else 0).
-
-    Returns:
-        `False` (in order), `True` (shuffled), both or neither.
-    """
-    threads = range(len(asked)) if askers is None else askers
-    seen = set(asked)
-    possible = []
-    for shuffle in (False, True):
-        order = keras_asks(fit_pass, count, shuffle, shard)
-        steps = step_of(fit_pass, count, shuffle, shard)
-        if _could_ask(asked, threads, steps, workers) and seen.issuperset(order[:trained]):
-            possible.append(shuffle)
-    return possible
-
-
-def _could_ask(
-    asked: Sequence[int], askers: Sequence[int], steps: dict[int, int], workers: int | None
-) -> bool:
-    """Whether threads taking an order's indices from a queue could ask as `asked` was."""
-    done: list[int] = []  # the steps asked so far, sorted
-    last: dict[int, int] = {}
-    for index, asker in zip(asked, askers):
-        step = steps.get(index)
-        if step is None or step <= last.get(asker, -1):
-            return False
-        if workers is not None and step - bisect.bisect_left(done, step) > workers - 1:
-            return False
-        bisect.insort(done, step)
-        last[asker] = step
-    return True
-
-
-def tell_shuffle(
-    asked: Sequence[int],
-    fit_pass: int,
-    count: int,
-    shard: tuple[int, int] = (0, 1),
-    askers: Sequence[int] | None = None,
-    workers: int | None = None,
-    trained: int = 0,
-) -> bool | None:
-    """`fit(shuffle=...)` read from the first indices Keras 3.16 asked for in a pass.
-
-    The only value whose order could have been asked so (`possible_shuffles`,
-    same arguments); while both could, the one whose order the indices
-    follow more closely: each order is scored, for every first `k` indices
-    asked, by how far past its own first `k` it had to reach, and the lower
-    total wins. Under load, that reading can be wrong (a worker thread
-    that stalls lets later indices arrive first); `prove_shuffle` says
-    when it cannot be.
-
-    Returns:
-        `True` or `False`; `None` while the indices fit both orders equally.
-    """
-    if not asked or count < 2:
-        return None
-    possible = possible_shuffles(asked, fit_pass, count, shard, askers, workers, trained)
-    if len(possible) == 1:
-        return possible[0]
-    return _closer_order(asked, fit_pass, count, shard)
-
-
-def _closer_order(
-    asked: Sequence[int], fit_pass: int, count: int, shard: tuple[int, int] = (0, 1)
-) -> bool | None:
-    """`tell_shuffle`'s reading of which order `asked` follows more closely (`None`: a tie)."""
-    if not asked or count < 2:
-        return None
-    reach = []
-    for shuffle in (False, True):
-        steps_of = step_of(fit_pass, count, shuffle, shard)
-        farthest = list(itertools.accumulate((steps_of.get(i, count) for i in asked), max))
-        reach.append(sum(far + 1 - k for k, far in enumerate(farthest, 1)))
-    if reach[0] == reach[1]:
-        return None
-    return reach[1] < reach[0]
-
-
-def prove_shuffle(
-    asked: Sequence[int],
-    fit_pass: int,
-    count: int,
-    shard: tuple[int, int] = (0, 1),
-    askers: Sequence[int] | None = None,
-    workers: int | None = None,
-    trained: int = 0,
-) -> bool | None:
-    """`fit(shuffle=...)` when only one of its orders could have been asked as `asked` was.
-
-    Same arguments as `possible_shuffles`; `None` while both could (or neither).
-    """
-    if count < 2:
-        return None
-    possible = possible_shuffles(asked, fit_pass, count, shard, askers, workers, trained)
-    return possible[0] if len(possible) == 1 else None

@@ -156,7 +156,7 @@ class BatchReader(EngineAttributes):
                 `on_error="skip"`.
             ImageDecodeError: a file is not an image, unless `on_error="skip"`.
         """
-        return self._read(epoch, index, ())
+        return self._read(epoch, index, (), stacklevel=2)  # warnings name your line
 
     def epoch_batches(self, epoch: int) -> Iterator[batches.Batch]:
         """Yields the batches of `epoch` in order, `prefetch_batches` of them built ahead.
@@ -167,12 +167,13 @@ class BatchReader(EngineAttributes):
         depth = self.options.prefetch_batches
         try:
             for index in range(len(self)):
-                yield self._read(epoch, index, range(index + 1, min(index + 1 + depth, len(self))))
+                ahead = range(index + 1, min(index + 1 + depth, len(self)))
+                yield self._read(epoch, index, ahead, stacklevel=2)  # your loop's line
         finally:
             with self._lock:
                 self._prefetcher.clear(epoch)
 
-    def _read(self, epoch: int, index: int, ahead: Sequence[int]) -> batches.Batch:
+    def _read(self, epoch: int, index: int, ahead: Sequence[int], stacklevel: int) -> batches.Batch:
         if not 0 <= index < len(self):
             raise IndexError(f"batch {index} of an epoch of {len(self)} batches")
         with self._lock:
@@ -185,7 +186,8 @@ class BatchReader(EngineAttributes):
         with self.engine.stats.busy("wait_s"):
             plan, batch_x = future.result()
         self.engine.stats.add(batches=1)
-        self.engine.skips.warn_pending()  # this batch's skips (and those read ahead of it)
+        # This batch's skips (and those read ahead of it), at `stacklevel` above `_read`'s call.
+        self.engine.skips.warn_pending(stacklevel + 1)
         targets = batches.Targets(
             self.class_mode, self.classes, len(self.class_indices), self.dtype, self.labels
         )

@@ -10,23 +10,23 @@ A sample read twice in one epoch (a batch read ahead, thrown away and read
 again, or read by the parent and again by a worker process) is listed once:
 skips of an epoch's batches carry their place in the epoch's order.
 
-The warnings name the user's line. `warnings.warn(stacklevel=...)` counts
-frames of the calling thread (as does Python 3.12's `skip_file_prefixes`),
-and a batch is built on the iterator's pool threads, and asked for by
-TensorFlow's `from_generator` thread or Keras's `workers` threads, none of
-which holds a frame of the user's code: the location would be
-`concurrent/futures/thread.py` or a Keras module. So a skip's warning waits
-for the thread that hands its batch out (`SkipLog.warn_pending`), and
-`warn_at_user_line` issues it at the innermost frame outside the packages
-that call the iterator on the user's behalf (remote_keras, Keras,
-TensorFlow, JAX, PyTorch, grain, the standard library): in that thread, or
-else in the main thread, which is then inside the user's `fit` call. The
-warning is issued as `warnings.warn` would from that frame (its module's
-filters and registry apply; its source line is read from its file).
+Where the warnings point: a batch is built on the iterator's pool threads,
+so a skip's warning waits for the call that hands the batch out
+(`SkipLog.warn_pending`). Each public entry point passes the `stacklevel`
+that names its caller, counted from its code: your `it[i]`, `next(it)`,
+`on_epoch_end()` or `BatchReader.batch(...)` line. Under `fit`, that caller
+is Keras's (or TensorFlow's) line; on Python 3.12 and newer, a warning
+issued in the main thread skips the files of remote_keras, Keras,
+TensorFlow, JAX, PyTorch, grain and the standard library instead
+(`skip_file_prefixes`), and so names your `fit` line. No call stack is
+inspected: another thread's (TensorFlow's, Keras's `workers`') is never
+seen, and its warnings keep the counted location.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
 import shutil
@@ -37,15 +37,12 @@ import time
 import uuid
 import warnings
 import weakref
-from types import FrameType
 from typing import Any
 
 # (time, url, reason, epoch, position in the epoch's order or `None`)
 _Entry = tuple[float, str, str, int, int | None]
-# Top-level packages whose frames are not the user's code (beside the standard library's).
-LIBRARIES = frozenset(
-    {"remote_keras", "keras", "tf_keras", "tensorflow", "jax", "jaxlib", "torch", "grain"}
-)
+# Packages whose files are not the user's code (beside the standard library's), on 3.12+.
+LIBRARIES = ("remote_keras", "keras", "tf_keras", "tensorflow", "jax", "jaxlib", "torch", "grain")
 
 
 class SkipLog:
@@ -82,9 +79,11 @@ class SkipLog:
     ) -> None:
         """Records one skipped sample; warns at the first skip of each `epoch` in this process.
 
-        The warning names the user's line (`warn_at_user_line`); with `hold`,
-        it waits for `warn_pending`, which the thread handing out the batch
-        calls.
+        With `hold`, the warning waits for `warn_pending`, which the call
+        handing out the batch makes. Without it (datasets' skips, made on
+        tf.data's or grain's threads), the warning names the line that called
+        `add`, a line of remote_keras; on Python 3.12 and newer, in the main
+        thread, the first line outside the libraries (`warn`).
 
         Args:
             url: The sample's path or URL.
@@ -114,35 +113,42 @@ class SkipLog:
                 with open(os.path.join(self._spool, f"{os.getpid()}.jsonl"), "a") as f:
                     f.write(json.dumps(entry) + "\n")
         if first_in_epoch and not hold:
-            warn_at_user_line(message)
+            warn(message, stacklevel=2)
 
-    def warn_pending(self) -> None:
-        """Issues the warnings `add(hold=True)` held, each once, at the user's line.
+    def warn_pending(self, stacklevel: int) -> None:
+        """Issues the warnings `add(hold=True)` held, each once.
 
         Called where a batch is handed out (and where an epoch ends, for a
         batch read ahead and dropped): after the batch's build finished, so
         its own skips are among them.
+
+        Args:
+            stacklevel: Whose line the warnings name, counted as `warn` counts:
+                1 is the line calling this method. The public entry point's
+                caller is passed (the frames between are fixed).
         """
         if not self._pending:  # the usual case: no lock taken
             return
         with self._lock:
             pending, self._pending = self._pending, []
         for message in pending:
-            warn_at_user_line(message)
+            warn(message, stacklevel + 1)
 
-    def warn_summary(self, before: int | None = None) -> None:
+    def warn_summary(self, before: int | None = None, *, stacklevel: int) -> None:
         """Warns how many samples were skipped so far, if any since the last summary.
 
         Args:
             before: Count only the skips of epochs before this one (`records`).
+            stacklevel: Whose line the warnings name, as in `warn_pending`.
         """
-        self.warn_pending()
+        self.warn_pending(stacklevel + 1)
         records = self.records(before)
         if len(records) > self._summarized:
             self._summarized = len(records)
-            warn_at_user_line(
+            warn(
                 f"{len(records)} sample(s) skipped so far (on_error='skip'), "
-                f"last: {records[-1][0]}; see `iterator.skipped`."
+                f"last: {records[-1][0]}; see `iterator.skipped`.",
+                stacklevel + 1,
             )
 
     def records(self, before: int | None = None) -> list[tuple[str, str]]:
@@ -178,43 +184,39 @@ def _remove_spool(spool: str, home_pid: int) -> None:
         shutil.rmtree(spool, ignore_errors=True)
 
 
-def warn_at_user_line(message: str) -> None:
-    """Issues a `UserWarning` at the user's innermost line (see the module docstring).
+def warn(message: str, stacklevel: int) -> None:
+    """Issues a `UserWarning` at a line given by its distance from the caller.
 
-    Without any such frame (in Keras's worker processes), it is issued as
-    `warnings.warn(message, stacklevel=2)` would from the caller.
+    `stacklevel` counts as `warnings.warn`'s does from the caller of this
+    function: 1 is the line calling `warn`, 2 that function's caller, and so
+    on. On Python 3.12 and newer, in the main thread, the warning names the
+    first line outside `library_dirs()` instead (`skip_file_prefixes`), such
+    as your `fit` line: under `fit` the counted caller is Keras's. Other
+    threads (TensorFlow's, Keras's `workers`', tf.data's) have no frame of the
+    user's code, and keep the counted line. No frame is looked at here.
 
     Args:
         message: The warning's text.
+        stacklevel: Whose line it names (see above); past the thread's first
+            frame, Python names `sys`.
     """
-    frame = user_frame()
-    if frame is None:
-        warnings.warn(message, stacklevel=3)
-        return
-    module_globals = frame.f_globals
-    warnings.warn_explicit(
-        message,
-        UserWarning,
-        frame.f_code.co_filename,
-        frame.f_lineno,
-        module=module_globals.get("__name__"),
-        registry=module_globals.setdefault("__warningregistry__", {}),
-    )  # no `module_globals`: a `python -c` script's loader has no source, and raises
+    if sys.version_info >= (3, 12):
+        if threading.current_thread() is threading.main_thread():
+            # Python counts only the frames outside the prefixes: 2 is the first of them.
+            warnings.warn(message, UserWarning, stacklevel=2, skip_file_prefixes=library_dirs())
+            return
+    warnings.warn(message, UserWarning, stacklevel=stacklevel + 1)
 
 
-def user_frame() -> FrameType | None:
-    """The innermost frame of the user's code in this thread, else in the main thread."""
-    found = _outside_libraries(sys._getframe(1))
-    main = threading.main_thread().ident
-    if found is None and main is not None and main != threading.get_ident():
-        found = _outside_libraries(sys._current_frames().get(main))
-    return found
-
-
-def _outside_libraries(frame: FrameType | None) -> FrameType | None:
-    while frame is not None:
-        package = str(frame.f_globals.get("__name__") or "").partition(".")[0]
-        if package not in LIBRARIES and package not in sys.stdlib_module_names:
-            return frame
-        frame = frame.f_back
-    return None
+@functools.cache
+def library_dirs() -> tuple[str, ...]:
+    """The folders of the standard library and of the installed `LIBRARIES` (none imported)."""
+    folders = [os.path.dirname(threading.__file__)]  # the standard library's
+    for name in LIBRARIES:
+        try:
+            spec = importlib.util.find_spec(name)  # a top-level name: imports nothing
+        except (ImportError, ValueError):  # ValueError: in `sys.modules` without a spec
+            continue
+        if spec is not None:  # a package: its folders; namespace packages have several
+            folders += spec.submodule_search_locations or ()
+    return tuple(os.path.join(folder, "") for folder in folders)  # "keras/", not "keras_hub"

@@ -18,6 +18,7 @@ import keras
 import pytest
 
 import remote_keras as rk
+from remote_keras.keras_lines import distribution
 from remote_keras.pipeline import sharding
 
 KERAS = tuple(int(part) for part in keras.__version__.split(".")[:2])
@@ -140,14 +141,14 @@ def test_new_keras_distribution_that_cannot_say_its_replicas_raises(active):
 def test_tf_multi_worker_check_never_asks_keras_distribution(processes, active):
     processes(2)
     active(OldDistribution())
-    assert sharding.in_tf_multi_worker() is False
+    assert distribution.in_tf_multi_worker() is False
 
 
 def test_the_installed_keras_distribution(processes):
     """Keras's own `DataParallel`: the new API from 3.15 on, a clear error before it."""
     processes(2)  # before construction: Keras reads the process count in __init__
     parallel = keras.distribution.DataParallel(devices=["cpu:0"])
-    has_api = all(hasattr(type(parallel), name) for name in sharding.KERAS_SHARD_API)
+    has_api = all(hasattr(type(parallel), name) for name in distribution.KERAS_SHARD_API)
     assert has_api == (KERAS >= (3, 15)), keras.__version__
     with parallel.scope():
         if has_api:

@@ -1,4 +1,4 @@
-"""Epoch boundaries from the calls Keras makes in public (`keras_agnostic.epoch_clock`).
+"""Epoch boundaries from the calls Keras makes in public (`keras_lines.epoch_clock`).
 
 An `on_epoch_end()` after `on_epoch_begin()` ends the epoch; one outside a pass
 is held until the same thread reads a batch, and dropped by `on_epoch_begin()`
@@ -12,8 +12,8 @@ import random
 import threading
 
 import remote_keras as rk
-from remote_keras.keras_agnostic import fit_order
-from remote_keras.keras_agnostic.epoch_clock import KEPT_BATCHES, EpochClock, PredictedOrder
+from remote_keras.keras_lines import keras3_16
+from remote_keras.keras_lines.epoch_clock import KEPT_BATCHES, EpochClock, PredictedOrder
 from tests.helpers import assert_same_batch
 
 
@@ -102,8 +102,8 @@ def test_indices_keras_workers_ask_before_the_pass_begins_tell_its_order():
     for index in (0, 4, 1):
         clock.note_asked(index)
     assert clock.asked == [3, 6, 5, 2, 0, 4, 1]
-    assert fit_order.tell_shuffle(clock.asked, clock.fit_pass, 7) is True
-    assert fit_order.tell_shuffle(clock.asked[4:], clock.fit_pass, 7) is False  # the pass's own
+    assert keras3_16.tell_shuffle(clock.asked, clock.fit_pass, 7) is True
+    assert keras3_16.tell_shuffle(clock.asked[4:], clock.fit_pass, 7) is False  # the pass's own
     clock.end(7)
     clock.advance(1)
     clock.begin()

@@ -1,4 +1,4 @@
-"""How `fit(shuffle=...)` orders a `PyDataset`'s batches, per Keras release, and its replay.
+"""Keras 3.16's `fit(shuffle=...)` order (`keras_lines.keras3_16`), its replay, and the rule.
 
 The rule tests run `fit` on the installed Keras (3.15 in the main suite, 3.16 in the
 nightly environment, `make test-nightly`), so a Keras that changes its draw fails here first.
@@ -12,12 +12,12 @@ import keras
 import numpy as np
 import pytest
 
-from remote_keras.keras_agnostic.fit_order import (
+from remote_keras.keras_lines import line_for_version
+from remote_keras.keras_lines.keras3 import shuffled
+from remote_keras.keras_lines.keras3_16 import (
     EpochSeededReplay,
     epoch_seeded_order,
     prove_shuffle,
-    seeds_epochs,
-    shuffled,
     tell_shuffle,
 )
 
@@ -57,7 +57,9 @@ def _fit(shuffle: bool, initial_epoch: int = 0) -> list[list[int]]:
 @pytest.mark.slow
 def test_the_installed_keras_orders_passes_by_the_rule_this_package_replays(initial_epoch):
     passes = _fit(shuffle=True, initial_epoch=initial_epoch)
-    if seeds_epochs(keras.__version__):  # Keras 3.16: pass p of any fit from Random(p + 1)
+    if line_for_version(
+        keras.__version__
+    ).seeds_epochs:  # Keras 3.16: pass p of any fit from Random(p + 1)
         expected = [list(epoch_seeded_order(p, BATCHES)) for p in range(3)]
     else:  # Keras 3.8 to 3.15: one draw per pass from the global `random`
         state = random.Random(5).getstate()
@@ -67,11 +69,6 @@ def test_the_installed_keras_orders_passes_by_the_rule_this_package_replays(init
             expected.append(order)
     assert passes == expected
     assert _fit(shuffle=False) == [list(range(BATCHES))] * 3
-
-
-def test_seeds_epochs_from_keras_3_16():
-    assert not seeds_epochs("3.15.1")
-    assert seeds_epochs("3.16.0.dev2026102704") and seeds_epochs("3.16.0") and seeds_epochs("4.0")
 
 
 def test_a_replay_asks_each_step_for_the_uninterrupted_runs_batch():

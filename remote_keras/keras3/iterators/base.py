@@ -10,13 +10,9 @@ import warnings
 import keras
 
 from remote_keras.keras3.keras_src import legacy_image
-from remote_keras.keras_agnostic import fit_order
 from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
-from remote_keras.keras_agnostic.epoch_clock import KEPT_BATCHES, PredictedOrder
-from remote_keras.pipeline import sharding
-
-# Keras 3.16 draws `fit(shuffle=True)`'s orders from `Random(pass)` and shards batches itself.
-_SEEDS_EPOCHS = fit_order.seeds_epochs(keras.__version__)
+from remote_keras.keras_lines import KerasLine, line_of
+from remote_keras.keras_lines.epoch_clock import KEPT_BATCHES, PredictedOrder
 
 
 class RemoteBatchMixin(RemoteBatchCore, legacy_image.Iterator):
@@ -35,6 +31,8 @@ class RemoteBatchMixin(RemoteBatchCore, legacy_image.Iterator):
     14% of the images twice and as many never, measured with Keras's own
     iterator too). The iterator reads ahead itself instead (`prefetch_batches`).
     """
+
+    keras_line: KerasLine = line_of("keras3")  # the Keras 3 line the program loaded
 
     @property
     def workers(self) -> int:
@@ -67,7 +65,7 @@ class RemoteBatchMixin(RemoteBatchCore, legacy_image.Iterator):
                 "from its own thread and the iterator reads ahead in its own threads.",
                 stacklevel=4,  # the user's `flow_from_*` call
             )
-        if _SEEDS_EPOCHS and self.workers > 1:
+        if self.keras_line.seeds_epochs and self.workers > 1:
             # Keras 3.16's JAX `fit` builds its state from a batch of a queue its worker
             # threads fill before the first pass (and then drop): the pass reads them again.
             self._clock.keep_limit = KEPT_BATCHES + self.workers
@@ -75,14 +73,9 @@ class RemoteBatchMixin(RemoteBatchCore, legacy_image.Iterator):
     def on_epoch_begin(self) -> None:
         """Called by Keras before each pass (see `RemoteBatchCore.on_epoch_begin`)."""
         super().on_epoch_begin()
-        if not _SEEDS_EPOCHS and self.workers == 1 and not self.use_multiprocessing:
+        line = self.keras_line
+        if line.draws_after_epoch_begin and self.workers == 1 and not self.use_multiprocessing:
             # Keras 3.8-3.15 draw the pass's order from Python's `random` after this call.
             with self.lock:
                 count = self._clock.batches(self._length())
                 self._clock.prediction = PredictedOrder(count)
-
-    def _keras_seeds_epochs(self) -> bool:
-        return _SEEDS_EPOCHS
-
-    def _keras_batch_shard(self) -> tuple[int, int] | None:
-        return sharding.keras_batch_shard() if _SEEDS_EPOCHS else None
