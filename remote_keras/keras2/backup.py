@@ -105,7 +105,7 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         super().on_epoch_begin(epoch, logs)
         self._epoch, self._first_step = epoch, True
-        draws = self.train_iterator._draws
+        draws = self.train_iterator.resumable.draws
         draws.mark()
         if self._pending is not None:
             saved = [r for r in self._pending if r["epoch"] == epoch and r["python_random"]]
@@ -141,11 +141,13 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
         super().on_epoch_end(epoch, logs)
 
     def on_train_end(self, logs: dict | None = None) -> None:
-        self.train_iterator._draws.disarm()
+        self.train_iterator.resumable.draws.disarm()
         if self._pending:  # Keras resumed after the last epoch: nothing left to train
             latest = self._pending[-1]
             self._pending = None
-            self.train_iterator._load_resumption(self._mine(latest["train"]), lambda length: None)
+            self.train_iterator.resumable.set_state_in_order(
+                self._mine(latest["train"]), lambda length: None
+            )
         super().on_train_end(logs)
         deletes = getattr(self, "delete_checkpoint", True) and self._writes
         if deletes and keras_api.gfile.exists(self.state_path):
@@ -168,7 +170,7 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
     def _record(self, epoch: int, batch: int) -> dict[str, Any]:
         """Where a backup Keras writes now after step `batch` of `epoch` resumes the stream."""
         epoch, batch = int(epoch), int(batch)  # Keras may pass numpy integers
-        steps = (self.params or {}).get("steps") or self.train_iterator._length()
+        steps = (self.params or {}).get("steps") or self.train_iterator.resumable.batches
         state: tuple | None
         if self.save_freq == "epoch" or batch >= steps - 1:
             # The next epoch's order is drawn from the state after this one's draws: known
@@ -188,9 +190,9 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
 
     def _observe_draw(self) -> None:
         """After an epoch's first step: the state its order was drawn from, and if shuffled."""
-        draws = self.train_iterator._draws
+        draws = self.train_iterator.resumable.draws
         draws.disarm()
-        length = self.train_iterator._length()
+        length = self.train_iterator.resumable.batches
         if not draws.asked():  # no `len()`: Keras reads `to_tf_dataset()`, and draws no order
             self._reads, self._drawn, self._fit_shuffle = "dataset", None, False
             return
@@ -245,7 +247,7 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
         if record.get("reads") == "dataset":  # the dataset's next pass holds the rest
             self._reads, self._drawn, self._fit_shuffle = "dataset", None, False
             done = int(record["train"]["batch"])
-            iterator._load_resumption(
+            iterator.resumable.set_state_in_order(
                 self._mine(record["train"]),
                 lambda length: Resumption(epoch, tuple(range(done, length))) if done else None,
             )
@@ -263,7 +265,7 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
         self._drawn, self._fit_shuffle = state, record["fit_shuffle"]
         self._extra_draws = record.get("extra_draws")
         if step and shuffle and state is not None:
-            length = iterator._length()
+            length = iterator.resumable.batches
             after = shuffled(length, state)[1]
             for _ in range(self._extra_draws or 0):
                 after = shuffled(length, after)[1]
@@ -272,7 +274,7 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
         def rest(length: int) -> Resumption | None:  # batches per epoch at the record's commits
             return keras2_resumption(epoch, step, length, shuffle, state) if step else None
 
-        iterator._load_resumption(self._mine(record["train"]), rest)
+        iterator.resumable.set_state_in_order(self._mine(record["train"]), rest)
 
 
 def steps_per_batch(save_freq: Any, steps: int | None, iterator: Any) -> int:
@@ -294,7 +296,7 @@ def steps_per_batch(save_freq: Any, steps: int | None, iterator: Any) -> int:
     """
     if save_freq == "epoch":
         return 1
-    shard, length = iterator.shard, iterator._length()
+    shard, length = iterator.shard, iterator.resumable.batches
     split = shard.count if shard.count > 1 and keras_api.multi_worker_scope() else 1
     if steps is None or (split > 1 and steps != length * split):
         # Keras 2 resumes a backup saved mid-epoch at `batch + 1` unless `batch` was the

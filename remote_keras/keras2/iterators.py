@@ -25,10 +25,9 @@ from remote_keras.keras2 import keras_api
 from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
 from remote_keras.keras_agnostic.dataframe import DataFrameCore
 from remote_keras.keras_agnostic.directory import DirectoryCore
-from remote_keras.keras_agnostic.pixels import keras_pixels
+from remote_keras.keras_agnostic.pixels import KerasHooks
 from remote_keras.keras_lines import KERAS_2
 from remote_keras.keras_lines.keras2 import Keras2Clock, KerasDraws
-from remote_keras.pipeline.batches import Pixels
 
 # Set while `to_tf_dataset()` reads the batch that gives its spec: that read is ours, not fit's.
 _OWN_READ = threading.local()
@@ -46,39 +45,13 @@ def split_again_message(shard: Any) -> str:
     )
 
 
-class KerasHooks:
-    """Mixin for Keras 2's iterators: its `floatx`, data format, printer and `Iterator.__init__`."""
-
-    image_data_generator: Any
-
-    def batch_pixels(self) -> Pixels:
-        """Keras's `floatx` and the generator's transform and standardization, as they are now.
-
-        Returns:
-            The `Pixels` of the next batch (`remote_keras.keras_agnostic.pixels`).
-        """
-        stock = keras_api.ImageDataGenerator
-        return keras_pixels(self.image_data_generator, keras_api.floatx(), stock)
-
-    def _keras_floatx(self) -> str:
-        return keras_api.floatx()
-
-    def _keras_image_data_format(self) -> str:
-        return keras_api.image_data_format()
-
-    def _keras_print(self, message: str) -> None:
-        keras_api.print_msg(message)
-
-    def _keras_iterator_init(self, n: int, batch_size: int, shuffle: bool, seed: Any) -> None:
-        keras_api.Iterator.__init__(self, n, batch_size, shuffle, seed)
-
-
 class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
     """`RemoteBatchCore` on Keras 2's `Iterator`, with Keras 2's epoch ends (module docstring)."""
 
     _clock: Keras2Clock
     _clock_type = Keras2Clock
     keras_line = KERAS_2
+    keras_api: Any = keras_api  # what `KerasHooks` asks of Keras 2
 
     def _finish_init(self) -> None:
         super()._finish_init()

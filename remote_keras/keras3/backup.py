@@ -98,7 +98,7 @@ class BackupAndRestore(Keras3BackupHooks, keras.callbacks.BackupAndRestore):
             self._find_saved()
             train = self._iterators["train"]
             if train is not None:
-                train._count_resumed()  # Keras has counted whole epochs' steps by now
+                train.resumable.count_resumed()  # Keras has counted whole epochs' steps by now
             keras3.set_random_state(saved["python_random"])  # fit draws from it
             dataset_passes.restore(saved.get("datasets", []))
         elif self._iterators["train"] is None:
@@ -142,7 +142,9 @@ class BackupAndRestore(Keras3BackupHooks, keras.callbacks.BackupAndRestore):
                 self._order.observe(self._epoch, batches, self._batches())
             elif self._order.shuffle is None and train is not None:  # once proven, for the fit
                 fit_pass = self._epoch - self._fit_start
-                self._order.shuffle = train._read_shuffle(fit_pass, batches, batch + 1, True)
+                self._order.shuffle = train.resumable.read_shuffle(
+                    fit_pass, batches, batch + 1, True
+                )
         if batch == 0 and self._epoch == self._fit_start:  # the first step of this `fit`
             dataset_passes.warn_derived(self._passes["train"])
         self._done = batch + self._offset + 1
@@ -219,7 +221,7 @@ class BackupAndRestore(Keras3BackupHooks, keras.callbacks.BackupAndRestore):
         assert self._order is not None  # noqa: S101 - backups come after an epoch began
         validation_state = None
         if validation is not None:
-            passes = validation._current_epoch()
+            passes = validation.resumable.epoch
             if not validated and _validates(self._validated, epoch - 1):
                 passes += 1  # the pass Keras runs before the epoch ends, skipped on resume
             validation_state = validation.state_dict(epoch=passes)
@@ -265,7 +267,7 @@ class BackupAndRestore(Keras3BackupHooks, keras.callbacks.BackupAndRestore):
         if line_of("keras3").seeds_epochs and saved["fit_shuffle"]:
             replay = EpochSeededReplay(self._origin, epoch)
         # Keras counts a whole epoch's steps before `on_train_begin`, which counts the rest.
-        iterator._load_state(saved["train"], state, counted=False, replay=replay)
+        iterator.resumable.set_state(saved["train"], state, counted=False, replay=replay)
         self._epoch, self._offset, self._done = epoch, done, done
         self.count_batches_from(done - 1 if done else 0)  # Keras counts batches from here
         self._set_random_at = epoch + 1 if done and saved["fit_shuffle"] else None
@@ -289,23 +291,23 @@ def _recorded_shuffle(order: FitOrder, train: Any, fit_pass: int, trained: int) 
     """
     shuffle = order.shuffle
     if shuffle is None and line_of("keras3").seeds_epochs and train is not None:
-        shuffle = train._read_shuffle(fit_pass, train.num_batches, trained, False)
+        shuffle = train.resumable.read_shuffle(fit_pass, train.num_batches, trained, False)
     return shuffle is not False
 
 
 def _move_to(iterators: dict[str, Any], epoch: int) -> None:
     """Without a backup: the iterators read epoch `epoch` (`fit(initial_epoch=...)`)."""
     train, validation = iterators["train"], iterators["validation"]
-    if train is not None and train._current_epoch() != epoch:
+    if train is not None and train.resumable.epoch != epoch:
         # Epoch `epoch`'s samples, and the batch order a run started at epoch 0 from the
         # same seed drew for it (assuming `fit(shuffle=True)`, Keras's default).
-        keras3.advance_random(len(train), epoch - train._current_epoch())
+        keras3.advance_random(len(train), epoch - train.resumable.epoch)
         train.set_epoch(epoch)
         if line_of(
             "keras3"
         ).seeds_epochs:  # `fit(shuffle=...)` told by the first indices Keras asks for
-            train._replay_fit(EpochSeededReplay(0, epoch, shuffle=None))
-    if validation is not None and validation._current_epoch() != epoch:
+            train.resumable.replay_fit(EpochSeededReplay(0, epoch, shuffle=None))
+    if validation is not None and validation.resumable.epoch != epoch:
         validation.set_epoch(epoch)
 
 
@@ -342,11 +344,11 @@ def _matching(state: dict[str, Any], exclude: Any) -> list[Any]:
 
 
 def _reset_by_keras(taken: dict[str, Any]) -> list[Any]:
-    return [it for it in _open(taken) if it._reset_by_keras()]
+    return [it for it in _open(taken) if it.resumable.reset_by_keras()]
 
 
 def _in_pass(taken: dict[str, Any]) -> list[Any]:
-    return [it for it in _open(taken) if it._in_pass()]
+    return [it for it in _open(taken) if it.resumable.in_pass()]
 
 
 def _single(found: list[Any], state: dict[str, Any] | None = None) -> Any:

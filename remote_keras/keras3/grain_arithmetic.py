@@ -42,9 +42,14 @@ class KerasGrainArithmetic:
             raise ValueError(
                 "Only one of `pad_to_aspect_ratio`, `crop_to_aspect_ratio` can be set to `True`."
             )
-        self.image_size, self.interpolation = image_size, interpolation
         self.data_format = data_format
-        self.crop, self.pad = crop_to_aspect_ratio, pad_to_aspect_ratio
+        self.resize_options = {  # `keras.ops.image.resize`'s, the same for every image
+            "size": image_size,
+            "interpolation": interpolation,
+            "crop_to_aspect_ratio": crop_to_aspect_ratio,
+            "pad_to_aspect_ratio": pad_to_aspect_ratio,
+            "data_format": data_format,
+        }
         self.cpu = _this_process_cpu()
 
     def image(self, pixels: np.ndarray) -> Any:
@@ -55,14 +60,7 @@ class KerasGrainArithmetic:
                 image = keras.ops.expand_dims(image, axis=-1)
             if self.data_format == "channels_first":
                 image = keras.ops.transpose(image, (2, 0, 1))
-            return keras.ops.image.resize(
-                image,
-                size=self.image_size,
-                interpolation=self.interpolation,
-                crop_to_aspect_ratio=self.crop,
-                pad_to_aspect_ratio=self.pad,
-                data_format=self.data_format,
-            )
+            return keras.ops.image.resize(image, **self.resize_options)
 
     def label(self, value: Any, label_mode: str, num_classes: int) -> Any:
         """One label to its tensor for `label_mode`."""

@@ -1,7 +1,7 @@
 """`DirectoryCore`: Keras's `DirectoryIterator`, over a folder of class sub-folders, anywhere.
 
 Each front subclasses it together with its Keras's own `DirectoryIterator`, and supplies
-its Keras's defaults and message printer (`KerasHooks`).
+its Keras's defaults and message printer (`pixels.KerasHooks` over the front's `keras_api`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from remote_keras import errors
 from remote_keras.keras_agnostic import resume
-from remote_keras.keras_lines import keras3
+from remote_keras.keras_agnostic.resumable import Resumable
 from remote_keras.keras_lines.epoch_clock import EpochClock
 from remote_keras.keras_lines.keras3_16 import EpochSeededReplay
 from remote_keras.keras_lines.resumption import Resumption
@@ -81,18 +81,13 @@ class StateMixin:
         """The epoch (from 0) whose batches `iterator[i]` returns now, in this thread."""
         return self._clock.epoch + self._clock.held_here()
 
+    @property
+    def resumable(self) -> Resumable:
+        """What `BackupAndRestore` reads and moves of this iterator (`Resumable`)."""
+        return Resumable(self)
+
     def _current_epoch(self) -> int:
         return self._clock.epoch
-
-    def _reset_by_keras(self) -> bool:
-        """Whether Keras just reset it before a `fit`, `evaluate` or `predict` (`EpochClock`)."""
-        with self.lock:
-            return self._clock.held is not None or self._clock.cut_short
-
-    def _in_pass(self) -> bool:
-        """Whether Keras has begun a pass over it (`on_epoch_begin()`) that has not ended."""
-        with self.lock:
-            return self._clock.in_pass
 
     @property
     def stats(self) -> LoaderStats:
@@ -199,32 +194,7 @@ class StateMixin:
                 list, seed or batch size), or in the middle of an epoch by a
                 run of another number of processes, naming what differs.
         """
-        self._load_state(state, fit_random_state, counted=True)
-
-    def _load_state(
-        self,
-        state: dict[str, Any],
-        fit_random_state: tuple | None,
-        counted: bool,
-        replay: EpochSeededReplay | None = None,
-    ):
-        """`load_state_dict`; `counted=False` leaves `num_batches` whole until `_count_resumed`.
-
-        With `replay` (Keras 3.16's `fit(shuffle=True)`), the rest of the
-        epoch and every later one are read in the uninterrupted run's steps.
-        """
-        epoch, done = int(state["epoch"]), int(state["batch"])
-        shuffled = fit_random_state is not None
-
-        def rest(length: int) -> Resumption | None:
-            if not done:
-                return None
-            if replay is not None:
-                return Resumption(epoch, replay.positions(epoch, length, done) or ())
-            return keras3.fit_resumption(epoch, done, length, shuffled, fit_random_state)
-
-        self._load_resumption(state, rest, counted)
-        self._replay_fit(replay)
+        self.resumable.set_state(state, fit_random_state)
 
     def _load_resumption(
         self,
@@ -243,7 +213,7 @@ class StateMixin:
         self._go_to(*target, counted=counted)
 
     def _count_resumed(self) -> None:
-        """Makes `num_batches` count what the epoch restored by `_load_state` has left.
+        """Makes `num_batches` count what the epoch restored by `Resumable.set_state` has left.
 
         Moves back to that epoch if a pass ended it meanwhile (Keras's JAX
         `fit` builds the model from one batch of a pass it then abandons).

@@ -36,6 +36,7 @@ import functools
 import importlib.util
 import os
 import sys
+from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 
 from remote_keras.keras_lines import distribution
@@ -51,9 +52,6 @@ class KerasLine:
             `Random(p + 1)` and shards a `PyDataset`'s batches itself
             (`keras3_16`); else it draws from Python's global `random`
             (`keras3`, `keras2`).
-        draws_after_epoch_begin: `fit` draws a pass's order from Python's
-            global `random` right after `on_epoch_begin()` (Keras 3.8 to 3.15:
-            `epoch_clock.PredictedOrder` predicts it then).
         calls_epoch_begin: Keras calls `on_epoch_begin()` before each pass
             (Keras 3; Keras 2 never does).
         builds_from_a_pass: Off TensorFlow, `fit` and `evaluate` build an
@@ -65,10 +63,15 @@ class KerasLine:
 
     name: str
     seeds_epochs: bool
-    draws_after_epoch_begin: bool
     calls_epoch_begin: bool
     builds_from_a_pass: bool
     backup_internals: tuple[str, ...]
+
+    @property
+    def draws_after_epoch_begin(self) -> bool:
+        """Whether `fit` draws a pass's order from Python's global `random` right after
+        `on_epoch_begin()` (Keras 3.8 to 3.15: `epoch_clock.PredictedOrder` predicts it then)."""
+        return self.calls_epoch_begin and not self.seeds_epochs
 
     def batch_shard(self) -> tuple[int, int] | None:
         """`(data_shard_id, num_data_shards)` where this line's `fit` shards batches itself."""
@@ -107,46 +110,44 @@ _KERAS3_BACKUP = (
     "_save_model",
 )
 
-KERAS_2 = KerasLine(
-    name="Keras 2",
-    seeds_epochs=False,
-    draws_after_epoch_begin=False,
-    calls_epoch_begin=False,
-    builds_from_a_pass=False,
-    # Keras 2's own methods the front's callback extends (keras/src/callbacks.py of Keras 2.15,
-    # lines 1934-1935 and 1976-1977; tf_keras 2.21 alike): `_backup(epoch, batch)`, the one
-    # place it writes a backup, and `_implements_train_batch_hooks`, which must say yes for
-    # the first step of each epoch to be seen with `save_freq="epoch"` too.
-    backup_internals=("_backup", "_implements_train_batch_hooks"),
-)
 KERAS_3 = KerasLine(
     name="Keras 3.8-3.15",
     seeds_epochs=False,
-    draws_after_epoch_begin=True,
     calls_epoch_begin=True,
     builds_from_a_pass=True,
     backup_internals=_KERAS3_BACKUP,
 )
-KERAS_3_16 = KerasLine(
-    name="Keras 3.16",
-    seeds_epochs=True,
-    draws_after_epoch_begin=False,
-    calls_epoch_begin=True,
+# Keras 2 (TensorFlow 2.15's Keras, tf_keras): it never calls `on_epoch_begin()` and draws its
+# order at `len()` (`keras2`); the front's callback extends Keras 2's own methods
+# (keras/src/callbacks.py of Keras 2.15, lines 1934-1935 and 1976-1977; tf_keras 2.21 alike):
+# `_backup(epoch, batch)`, the one place it writes a backup, and
+# `_implements_train_batch_hooks`, which must say yes for the first step of each epoch to be
+# seen with `save_freq="epoch"` too.
+KERAS_2 = replace(
+    KERAS_3,
+    name="Keras 2",
+    calls_epoch_begin=False,
     builds_from_a_pass=False,
-    backup_internals=_KERAS3_BACKUP,
+    backup_internals=("_backup", "_implements_train_batch_hooks"),
 )
+# Keras 3.16 (keras-team/keras commit ea6968a): `fit` draws each pass's order from
+# `Random(pass)` and shards batches itself (`keras3_16`); its trainers no longer build a model
+# from an abandoned pass.
+KERAS_3_16 = replace(KERAS_3, name="Keras 3.16", seeds_epochs=True, builds_from_a_pass=False)
 
 
 def line_for_version(version: str) -> KerasLine:
-    """The Keras 3 line of a Keras version string (`"3.15.1"`, `"3.16.0.dev2026102704"`).
+    """The line of a Keras version string (`"2.15.0"`, `"3.15.1"`, `"3.16.0.dev2026102704"`).
 
     Args:
-        version: `keras.__version__`.
+        version: `keras.__version__` (or `tf_keras.__version__`).
 
     Returns:
-        `KERAS_3_16` from 3.16 on, else `KERAS_3`.
+        `KERAS_2` for 2.x, `KERAS_3_16` from 3.16 on, else `KERAS_3`.
     """
     major, minor = (int(part) for part in version.split(".")[:2])
+    if major < 3:
+        return KERAS_2
     return KERAS_3_16 if (major, minor) >= (3, 16) else KERAS_3
 
 

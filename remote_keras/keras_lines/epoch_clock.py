@@ -76,7 +76,7 @@ class EpochClock:
 
         Args:
             keras_workers: How many threads Keras 3 asks for the pass's
-                indices from at once (`keras3_16.possible_shuffles`).
+                indices from at once (`keras3_16.AskedIndices`).
         """
         # Keras's `epoch_iterator.reset()` ends the epoch outside a pass once per `fit`: the
         # pass after it is the `fit`'s first (Keras 3.16 draws its order from that count).
@@ -179,7 +179,7 @@ class EpochClock:
         """Keras 3.16: the indices it will ask for after `idx` in this pass, once told.
 
         `None` outside a pass, and while the indices asked so far do not tell
-        `fit(shuffle=...)` (`keras3_16.tell_shuffle`).
+        `fit(shuffle=...)` (`keras3_16.AskedIndices`).
         """
         if not self.in_pass:
             return None
@@ -209,16 +209,18 @@ class EpochClock:
             count: Batches the pass asks for.
             trained: Batches of the pass Keras has trained on.
             shard: Keras's batch shard (`keras3_16.keras_asks`).
-            proven: Only a value the indices prove (`keras3_16.prove_shuffle`),
-                else their best reading (`keras3_16.tell_shuffle`).
+            proven: Only a value the indices prove, else their best reading
+                (`keras3_16.AskedIndices`).
 
         Returns:
             `True` or `False`; `None` while unproven (or, read, while they tell nothing).
         """
         if len(self.asked) >= ASKED_KEPT:
             trained = 0  # the first trained ones may be among those not kept
-        tell = keras3_16.prove_shuffle if proven else keras3_16.tell_shuffle
-        return tell(self.asked, fit_pass, count, shard, self.askers, self.keras_workers, trained)
+        asks = keras3_16.AskedIndices(
+            self.asked, fit_pass, count, shard, self.askers, self.keras_workers, trained
+        )
+        return asks.tell_shuffle(proven=proven)
 
     def note_asked(self, idx: int) -> None:
         """Records an index asked for (the first `ASKED_KEPT` of each pass).

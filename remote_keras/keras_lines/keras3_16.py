@@ -10,11 +10,11 @@ before the first pass: training pass `p` of a `fit` (from 0) draws from
 `Random(p + 1)`, whatever epoch `fit` starts at (`epoch_seeded_order`). A fit
 resumed at epoch `k` therefore asks in other orders than the uninterrupted run
 that started at epoch `o`; `EpochSeededReplay` maps each index it asks for to
-the batch the uninterrupted run trained at that step. `prove_shuffle` tells
+the batch the uninterrupted run trained at that step. `AskedIndices` proves
 `fit(shuffle=...)` from the indices asked, by which thread and what Keras
 trained: with `workers > 1` (line 226) the enqueuer hands the pass's indices in
 order to a pool of `workers` threads (line 715), one thread asks in order
-without it, and only one of the two orders can fit. Until then, `tell_shuffle`
+without it, and only one of the two orders can fit. Until then, it
 reads the order the indices follow more closely.
 """
 
@@ -44,8 +44,8 @@ class EpochSeededReplay:
         origin: The epoch the uninterrupted run's `fit` started at (its pass 0).
         start: The epoch this `fit` started at.
         shuffle: `fit(shuffle=...)`; `None` until the indices asked prove it
-            (`prove_shuffle`).
-        reading: Meanwhile, what the indices asked suggest (`tell_shuffle`);
+            (`AskedIndices.tell_shuffle`).
+        reading: Meanwhile, what the indices asked suggest (`AskedIndices`);
             Keras's default, `True`, while they suggest nothing.
     """
 
@@ -83,15 +83,15 @@ class EpochSeededReplay:
     ) -> EpochSeededReplay:
         """Itself, with `shuffle` once the indices `asked` in `epoch` prove it, else read.
 
-        `askers` and `workers` as for `possible_shuffles`.
+        `askers` and `workers` as for `AskedIndices`.
         """
         if self.shuffle is not None or epoch < self.start:
             return self
-        fit_pass = epoch - self.start
-        possible = possible_shuffles(asked, fit_pass, batches, askers=askers, workers=workers)
-        if len(possible) == 1:
-            return dataclasses.replace(self, shuffle=possible[0])
-        return dataclasses.replace(self, reading=_closer_order(asked, fit_pass, batches))
+        asks = AskedIndices(asked, epoch - self.start, batches, askers=askers, workers=workers)
+        proven = asks.tell_shuffle(proven=True)
+        if proven is not None:
+            return dataclasses.replace(self, shuffle=proven)
+        return dataclasses.replace(self, reading=asks.tell_shuffle())
 
 
 @functools.lru_cache(maxsize=16)
@@ -140,16 +140,9 @@ def keras_askers(workers: int, use_multiprocessing: bool) -> int:
     return workers if workers > 1 or (workers > 0 and use_multiprocessing) else 1
 
 
-def possible_shuffles(
-    asked: Sequence[int],
-    fit_pass: int,
-    count: int,
-    shard: tuple[int, int] = (0, 1),
-    askers: Sequence[int] | None = None,
-    workers: int | None = None,
-    trained: int = 0,
-) -> list[bool]:
-    """The values of `fit(shuffle=...)` whose order Keras 3.16 could have asked in as `asked` was.
+@dataclasses.dataclass(frozen=True)
+class AskedIndices:
+    """The indices Keras 3.16 asked one process for so far in a pass, and who asked.
 
     Keras hands a pass's indices, in its order, to a queue that `workers`
     threads take them from one at a time (one thread, in order, without
@@ -159,7 +152,7 @@ def possible_shuffles(
     `workers - 1`); and once Keras trained `trained` batches of the pass,
     the order's first `trained` indices were asked.
 
-    Args:
+    Attributes:
         asked: The indices asked for so far in the pass, in arrival order.
         fit_pass: The pass of the `fit` (from 0).
         count: Batches the pass asks for.
@@ -168,19 +161,55 @@ def possible_shuffles(
         workers: How many threads Keras asks from at once (`None`: unknown).
         trained: Batches of the pass Keras has trained on, when `asked`
             holds every index asked so far (else 0).
-
-    Returns:
-        `False` (in order), `True` (shuffled), both or neither.
     """
-    threads = range(len(asked)) if askers is None else askers
-    seen = set(asked)
-    possible = []
-    for shuffle in (False, True):
-        order = keras_asks(fit_pass, count, shuffle, shard)
-        steps = step_of(fit_pass, count, shuffle, shard)
-        if _could_ask(asked, threads, steps, workers) and seen.issuperset(order[:trained]):
-            possible.append(shuffle)
-    return possible
+
+    asked: Sequence[int]
+    fit_pass: int
+    count: int
+    shard: tuple[int, int] = (0, 1)
+    askers: Sequence[int] | None = None
+    workers: int | None = None
+    trained: int = 0
+
+    def possible_shuffles(self) -> list[bool]:
+        """The values of `fit(shuffle=...)` whose order could have been asked as these were.
+
+        Returns:
+            `False` (in order), `True` (shuffled), both or neither.
+        """
+        asked, fit_pass, count, shard = self.asked, self.fit_pass, self.count, self.shard
+        threads = range(len(asked)) if self.askers is None else self.askers
+        seen = set(asked)
+        possible = []
+        for shuffle in (False, True):
+            order = keras_asks(fit_pass, count, shuffle, shard)
+            steps = step_of(fit_pass, count, shuffle, shard)
+            could = _could_ask(asked, threads, steps, self.workers)
+            if could and seen.issuperset(order[: self.trained]):
+                possible.append(shuffle)
+        return possible
+
+    def tell_shuffle(self, proven: bool = False) -> bool | None:
+        """`fit(shuffle=...)` told from these indices.
+
+        The only value whose order could have been asked so
+        (`possible_shuffles`). While both could: `None` if `proven`, else the
+        one whose order the indices follow more closely (each order is
+        scored, for every first `k` indices asked, by how far past its own
+        first `k` it had to reach, and the lower total wins). Under load,
+        that reading can be wrong (a worker thread that stalls lets later
+        indices arrive first); a proven value cannot be.
+
+        Returns:
+            `True` or `False`; `None` while unproven (`proven`), or while the
+            indices fit both orders equally.
+        """
+        if self.count < 2:
+            return None
+        possible = self.possible_shuffles()
+        if len(possible) == 1:
+            return possible[0]
+        return None if proven else _closer_order(self.asked, self.fit_pass, self.count, self.shard)
 
 
 def _could_ask(
@@ -200,40 +229,13 @@ def _could_ask(
     return True
 
 
-def tell_shuffle(
-    asked: Sequence[int],
-    fit_pass: int,
-    count: int,
-    shard: tuple[int, int] = (0, 1),
-    askers: Sequence[int] | None = None,
-    workers: int | None = None,
-    trained: int = 0,
-) -> bool | None:
-    """`fit(shuffle=...)` read from the first indices Keras 3.16 asked for in a pass.
-
-    The only value whose order could have been asked so (`possible_shuffles`,
-    same arguments); while both could, the one whose order the indices
-    follow more closely: each order is scored, for every first `k` indices
-    asked, by how far past its own first `k` it had to reach, and the lower
-    total wins. Under load, that reading can be wrong (a worker thread
-    that stalls lets later indices arrive first); `prove_shuffle` says
-    when it cannot be.
-
-    Returns:
-        `True` or `False`; `None` while the indices fit both orders equally.
-    """
-    if not asked or count < 2:
-        return None
-    possible = possible_shuffles(asked, fit_pass, count, shard, askers, workers, trained)
-    if len(possible) == 1:
-        return possible[0]
-    return _closer_order(asked, fit_pass, count, shard)
-
-
 def _closer_order(
     asked: Sequence[int], fit_pass: int, count: int, shard: tuple[int, int] = (0, 1)
 ) -> bool | None:
-    """`tell_shuffle`'s reading of which order `asked` follows more closely (`None`: a tie)."""
+    """`AskedIndices.tell_shuffle`'s reading of the order `asked` follows more closely.
+
+    `None` for a tie.
+    """
     if not asked or count < 2:
         return None
     reach = []
@@ -244,22 +246,3 @@ def _closer_order(
     if reach[0] == reach[1]:
         return None
     return reach[1] < reach[0]
-
-
-def prove_shuffle(
-    asked: Sequence[int],
-    fit_pass: int,
-    count: int,
-    shard: tuple[int, int] = (0, 1),
-    askers: Sequence[int] | None = None,
-    workers: int | None = None,
-    trained: int = 0,
-) -> bool | None:
-    """`fit(shuffle=...)` when only one of its orders could have been asked as `asked` was.
-
-    Same arguments as `possible_shuffles`; `None` while both could (or neither).
-    """
-    if count < 2:
-        return None
-    possible = possible_shuffles(asked, fit_pass, count, shard, askers, workers, trained)
-    return possible[0] if len(possible) == 1 else None

@@ -10,6 +10,7 @@ a failed read, retried like any transient failure.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from remote_keras.storage.retry import RetryPolicy, RetryRounds
 _BYTES = (bytes, bytearray, memoryview)
 
 
+@dataclasses.dataclass(eq=False, repr=False)  # equal only to itself; object's repr
 class Fetcher:
     """Fetches paths through a disk cache (optional), a loader and the retry policy.
 
@@ -48,20 +50,12 @@ class Fetcher:
             next pass takes instead of reading them again (`CarriedReads`).
     """
 
-    def __init__(
-        self,
-        loader: Loader,
-        policy: RetryPolicy,
-        cache: DiskCache | None,
-        stats: StatsRecorder,
-        verify_checksums: bool = True,
-    ) -> None:
-        self.loader = loader
-        self.policy = policy
-        self.cache = cache
-        self.stats = stats
-        self.verify_checksums = verify_checksums
-        self.carried = CarriedReads()
+    loader: Loader
+    policy: RetryPolicy
+    cache: DiskCache | None
+    stats: StatsRecorder
+    verify_checksums: bool = True
+    carried: CarriedReads = dataclasses.field(init=False, default_factory=CarriedReads)
 
     def fetch(
         self, paths: Sequence[str], executor: Executor, stop: threading.Event | None = None

@@ -102,8 +102,10 @@ def test_indices_keras_workers_ask_before_the_pass_begins_tell_its_order():
     for index in (0, 4, 1):
         clock.note_asked(index)
     assert clock.asked == [3, 6, 5, 2, 0, 4, 1]
-    assert keras3_16.tell_shuffle(clock.asked, clock.fit_pass, 7) is True
-    assert keras3_16.tell_shuffle(clock.asked[4:], clock.fit_pass, 7) is False  # the pass's own
+    assert keras3_16.AskedIndices(clock.asked, clock.fit_pass, 7).tell_shuffle() is True
+    assert (
+        keras3_16.AskedIndices(clock.asked[4:], clock.fit_pass, 7).tell_shuffle() is False
+    )  # the pass's own
     clock.end(7)
     clock.advance(1)
     clock.begin()

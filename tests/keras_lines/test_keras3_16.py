@@ -15,10 +15,9 @@ import pytest
 from remote_keras.keras_lines import line_for_version
 from remote_keras.keras_lines.keras3 import shuffled
 from remote_keras.keras_lines.keras3_16 import (
+    AskedIndices,
     EpochSeededReplay,
     epoch_seeded_order,
-    prove_shuffle,
-    tell_shuffle,
 )
 
 BATCHES = 7
@@ -89,10 +88,12 @@ def test_a_replay_asks_each_step_for_the_uninterrupted_runs_batch():
 
 def test_shuffle_is_told_from_the_first_indices_asked_even_a_little_out_of_order():
     shuffled_pass = list(epoch_seeded_order(1, BATCHES))
-    assert tell_shuffle(shuffled_pass[:2], 1, BATCHES) is True
-    assert tell_shuffle([0, 1, 2, 3, 4, 6, 5], 1, BATCHES) is False  # two worker threads
-    assert tell_shuffle(shuffled_pass[1::-1] + shuffled_pass[2:], 1, BATCHES) is True
-    assert tell_shuffle([], 1, BATCHES) is None
+    assert AskedIndices(shuffled_pass[:2], 1, BATCHES).tell_shuffle() is True
+    assert (
+        AskedIndices([0, 1, 2, 3, 4, 6, 5], 1, BATCHES).tell_shuffle() is False
+    )  # two worker threads
+    assert AskedIndices(shuffled_pass[1::-1] + shuffled_pass[2:], 1, BATCHES).tell_shuffle() is True
+    assert AskedIndices([], 1, BATCHES).tell_shuffle() is None
     read = EpochSeededReplay(0, 2, shuffle=None).told([0, 1], 2, BATCHES)
     assert read.shuffle is None and read.reading is False  # not proven: read, asked again
     assert read.positions(2, BATCHES) is None
@@ -131,8 +132,10 @@ def test_stalled_worker_threads_never_prove_the_wrong_order(fit_shuffle):
     misread = proven = 0
     for _ in range(2000):
         asked, askers, trained = _asks_of_stalling_workers(order, 4, rng)
-        misread += tell_shuffle(asked, 0, BATCHES) is (not fit_shuffle)
-        verdict = prove_shuffle(asked, 0, BATCHES, askers=askers, workers=4, trained=trained)
+        misread += AskedIndices(asked, 0, BATCHES).tell_shuffle() is (not fit_shuffle)
+        verdict = AskedIndices(
+            asked, 0, BATCHES, askers=askers, workers=4, trained=trained
+        ).tell_shuffle(proven=True)
         assert verdict in (fit_shuffle, None), (asked, askers)
         proven += verdict is fit_shuffle
     assert misread > 20  # the schedules that fooled the reading alone are among them
@@ -141,12 +144,24 @@ def test_stalled_worker_threads_never_prove_the_wrong_order(fit_shuffle):
 
 def test_the_asks_of_a_stalled_thread_prove_the_order():
     shuffled_pass = list(epoch_seeded_order(0, BATCHES))  # 3, 6, 5, 2, 0, 4, 1
-    assert tell_shuffle([2, 3], 0, BATCHES) is False  # read alone: closer to in order
-    assert prove_shuffle([2, 3], 0, BATCHES, askers=[1, 2], workers=4, trained=1) is True
+    assert (
+        AskedIndices([2, 3], 0, BATCHES).tell_shuffle() is False
+    )  # read alone: closer to in order
+    assert (
+        AskedIndices([2, 3], 0, BATCHES, askers=[1, 2], workers=4, trained=1).tell_shuffle(
+            proven=True
+        )
+        is True
+    )
     # One thread asks 2 then 0: in order, 0 comes before 2.
-    assert prove_shuffle([2, 0, 4], 0, BATCHES, askers=[1, 1, 1], workers=4) is True
+    assert (
+        AskedIndices([2, 0, 4], 0, BATCHES, askers=[1, 1, 1], workers=4).tell_shuffle(proven=True)
+        is True
+    )
     # Shuffled, 0 comes fifth: the 4 indices before it, unasked, would need 4 other threads.
-    assert prove_shuffle([0], 0, BATCHES, workers=4) is False
-    assert prove_shuffle(shuffled_pass[:1], 0, BATCHES, workers=1) is True
-    assert prove_shuffle([], 0, BATCHES, workers=4) is None
-    assert prove_shuffle([2], 0, BATCHES, workers=4) is None  # third or fourth: either could
+    assert AskedIndices([0], 0, BATCHES, workers=4).tell_shuffle(proven=True) is False
+    assert AskedIndices(shuffled_pass[:1], 0, BATCHES, workers=1).tell_shuffle(proven=True) is True
+    assert AskedIndices([], 0, BATCHES, workers=4).tell_shuffle(proven=True) is None
+    assert (
+        AskedIndices([2], 0, BATCHES, workers=4).tell_shuffle(proven=True) is None
+    )  # third or fourth: either could

@@ -5,14 +5,25 @@ See the package docstring (`remote_keras.keras3.iterators`) for what changes fro
 
 from __future__ import annotations
 
+import types
 import warnings
+from typing import Any
 
 import keras
 
-from remote_keras.keras3.keras_src import legacy_image
+from remote_keras.keras3.keras_src import legacy_image, print_msg
 from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
 from remote_keras.keras_lines import KerasLine, line_of
 from remote_keras.keras_lines.epoch_clock import KEPT_BATCHES, PredictedOrder
+
+# What the shared iterator cores ask of Keras 3 (`remote_keras.keras_agnostic.pixels.KerasHooks`).
+KERAS_3_API = types.SimpleNamespace(
+    floatx=keras.config.floatx,
+    image_data_format=keras.config.image_data_format,
+    print_msg=print_msg,
+    Iterator=legacy_image.Iterator,
+    ImageDataGenerator=legacy_image.ImageDataGenerator,
+)
 
 
 class RemoteBatchMixin(RemoteBatchCore, legacy_image.Iterator):
@@ -33,6 +44,7 @@ class RemoteBatchMixin(RemoteBatchCore, legacy_image.Iterator):
     """
 
     keras_line: KerasLine = line_of("keras3")  # the Keras 3 line the program loaded
+    keras_api: Any = KERAS_3_API
 
     @property
     def workers(self) -> int:

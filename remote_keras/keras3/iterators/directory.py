@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from remote_keras.keras3.iterators.base import RemoteBatchMixin
-from remote_keras.keras3.iterators.hooks import KerasHooks
 from remote_keras.keras3.keras_src import legacy_image
 from remote_keras.keras_agnostic.directory import DirectoryCore
+from remote_keras.keras_agnostic.pixels import KerasHooks
 
 
 class DirectoryIterator(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from typing import Any
 
@@ -10,14 +10,11 @@ from remote_keras import client_logs, errors
 from remote_keras.storage import lakefs, locations
 from remote_keras.storage.loaders import checked_reads
 from remote_keras.storage.loaders.fetched import Fetched
-from remote_keras.storage.presign import (
-    PresignedReader,
-    presign_mode,
-    refuse_in_storage_options,
-)
+from remote_keras.storage.loaders.protocol import BuiltinLoader
+from remote_keras.storage.presign import PresignedReader
 
 
-class FsspecLoader:
+class FsspecLoader(BuiltinLoader):
     """The default loader: local paths with `open`, URLs through fsspec.
 
     Each object is read with a single GET: s3fs is configured not to send
@@ -43,15 +40,9 @@ class FsspecLoader:
         ValueError: `pre_sign` is not `None`, `True` or `False`.
     """
 
-    def __init__(
-        self,
-        storage_options: Mapping[str, Any] | None = None,
-        timeout_s: float | None = None,
-        pre_sign: bool | None = None,
-    ) -> None:
-        refuse_in_storage_options(storage_options)
-        self.filesystems = locations.FileSystems(storage_options, timeout_s)
-        self.presigned = PresignedReader(presign_mode(pre_sign))
+    def _open(self) -> None:
+        self.filesystems = locations.FileSystems(self.storage_options, self.timeout_s)
+        self.presigned = PresignedReader(self.pre_sign)
 
     def __repr__(self) -> str:
         return "FsspecLoader()"

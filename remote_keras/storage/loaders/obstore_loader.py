@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any
 
 from remote_keras import errors
@@ -13,6 +12,7 @@ from remote_keras.storage.loaders.fetched import Fetched
 from remote_keras.storage.loaders.fsspec_loader import FsspecLoader
 from remote_keras.storage.loaders.obstore_config import open_store, translate_options
 from remote_keras.storage.loaders.obstore_errors import one_line_error
+from remote_keras.storage.loaders.protocol import BuiltinLoader
 
 # The process whose obstore (tokio) runtime has started. Its threads do not survive `fork`: a
 # forked child (Keras's `use_multiprocessing=True` workers on Linux) that inherits a started
@@ -27,7 +27,7 @@ def _obstore_usable() -> bool:
     return _runtime_pid == os.getpid()
 
 
-class ObstoreLoader:
+class ObstoreLoader(BuiltinLoader):
     """A faster loader for `s3://`, `gs://` and `az://` URLs, through the Rust `obstore` client.
 
     A GET costs about a quarter of s3fs's client CPU (0.3 ms against 1.0-1.6
@@ -87,15 +87,8 @@ class ObstoreLoader:
 
     PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
 
-    def __init__(
-        self,
-        storage_options: Mapping[str, Any] | None = None,
-        timeout_s: float | None = None,
-        pre_sign: bool | None = None,
-    ) -> None:
-        self._fallback = FsspecLoader(storage_options, timeout_s, pre_sign)
-        self.storage_options = dict(storage_options or {})
-        self.timeout_s = timeout_s
+    def _open(self) -> None:
+        self._fallback = FsspecLoader(self.storage_options, self.timeout_s, self.pre_sign)
         self._stores: dict[tuple[int, str, str], Any] = {}
 
     def __repr__(self) -> str:
@@ -105,11 +98,14 @@ class ObstoreLoader:
         return {
             "storage_options": self.storage_options,
             "timeout_s": self.timeout_s,
+            "pre_sign": self.pre_sign,
             "fallback": self._fallback,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        ObstoreLoader.__init__(self, state["storage_options"], state.get("timeout_s"))
+        ObstoreLoader.__init__(
+            self, state["storage_options"], state.get("timeout_s"), state.get("pre_sign")
+        )
         self._fallback = state["fallback"]
 
     def __call__(self, path: str) -> bytes:

@@ -5,13 +5,16 @@ at once (`BatchLoader`), `exists(path) -> bool`, which
 `validate_filenames=True` asks for protocols fsspec does not know, and
 `read_checked` / `load_many_checked`, which also return the checksum the
 store sent (`CheckedLoader`, `CheckedBatchLoader`; see `remote_keras.storage.integrity`).
+The built-in loaders share their arguments and their checks (`BuiltinLoader`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any, Protocol, runtime_checkable
+
+from remote_keras.storage.presign import presign_mode, refuse_in_storage_options
 
 LoaderOutput = Any  # bytes | file-like | PIL.Image.Image | numpy.ndarray
 Loader = Callable[[str], LoaderOutput]
@@ -80,3 +83,39 @@ def offers_checked(loader: Any, plain: str, checked: str) -> bool:
     if plain_owner is None or checked_owner is None:
         return checked_owner is not None
     return issubclass(checked_owner, plain_owner)
+
+
+class BuiltinLoader:
+    """The arguments of the built-in loaders (`FsspecLoader`, `ObstoreLoader`), checked once.
+
+    Each subclass builds its clients' state from them in `_open`.
+
+    Args:
+        storage_options: fsspec-style options for every URL (credentials,
+            `endpoint_url`, ...). Never shown in reprs or errors.
+        timeout_s: Seconds one request may take (iterators pass
+            `RetryPolicy.timeout_s`); `None`: the clients' defaults.
+        pre_sign: Whether `lakefs://` reads use presigned URLs: `None` when
+            the server supports them, `True` always, `False` never
+            (`remote_keras.storage.presign`).
+
+    Raises:
+        TypeError: `storage_options` holds `pre_sign`.
+        ValueError: `pre_sign` is not `None`, `True` or `False`.
+    """
+
+    def __init__(
+        self,
+        storage_options: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+        pre_sign: bool | None = None,
+    ) -> None:
+        refuse_in_storage_options(storage_options)
+        self.storage_options = dict(storage_options or {})
+        self.timeout_s = timeout_s
+        self.pre_sign = presign_mode(pre_sign)
+        self._open()
+
+    def _open(self) -> None:
+        """Builds the loader's state from `storage_options`, `timeout_s` and `pre_sign`."""
+        raise NotImplementedError
