@@ -25,7 +25,6 @@ from remote_keras.keras2 import keras_api
 from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
 from remote_keras.keras_agnostic.dataframe import DataFrameCore
 from remote_keras.keras_agnostic.directory import DirectoryCore
-from remote_keras.keras_agnostic.pixels import KerasHooks
 from remote_keras.keras_lines import KERAS_2
 from remote_keras.keras_lines.keras2 import Keras2Clock, KerasDraws
 
@@ -51,7 +50,7 @@ class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
     _clock: Keras2Clock
     _clock_type = Keras2Clock
     keras_line = KERAS_2
-    keras_api: Any = keras_api  # what `KerasHooks` asks of Keras 2
+    keras_api: Any = keras_api  # what the shared core asks of Keras 2
 
     def _finish_init(self) -> None:
         super()._finish_init()
@@ -127,14 +126,14 @@ class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
         return self.__next__()
 
 
-class DataFrameIterator(KerasHooks, DataFrameCore, RemoteBatchMixin, keras_api.DataFrameIterator):
+class DataFrameIterator(DataFrameCore, RemoteBatchMixin, keras_api.DataFrameIterator):
     """Keras 2's `DataFrameIterator` over images named in a dataframe, local or remote.
 
     Arguments, options and errors are those of the Keras 3 front's class of the same name.
     """
 
 
-class DirectoryIterator(KerasHooks, DirectoryCore, RemoteBatchMixin, keras_api.DirectoryIterator):
+class DirectoryIterator(DirectoryCore, RemoteBatchMixin, keras_api.DirectoryIterator):
     """Keras 2's `DirectoryIterator` over a folder of class sub-folders, local or remote.
 
     Arguments, options and errors are those of the Keras 3 front's class of the same name.

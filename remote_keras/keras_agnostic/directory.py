@@ -1,7 +1,7 @@
 """`DirectoryCore`: Keras's `DirectoryIterator`, over a folder of class sub-folders, anywhere.
 
 Each front subclasses it together with its Keras's own `DirectoryIterator`, and supplies
-its Keras's defaults and message printer (`pixels.KerasHooks` over the front's `keras_api`).
+its Keras's defaults and message printer (the front's `keras_api`).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def init_from_listing(it: Any, directory: str, image_data_generator: Any, **kw: 
     See `listing.list_classes`; the `Found N images belonging to K classes.`
     message is stock.
     """
-    data_format = kw["data_format"] or it._keras_image_data_format()
+    data_format = kw["data_format"] or it.keras_api.image_data_format()
     it.set_processing_attrs(
         image_data_generator,
         kw["target_size"],
@@ -86,11 +86,11 @@ def init_from_listing(it: Any, directory: str, image_data_generator: Any, **kw: 
             f"Invalid class_mode: {kw['class_mode']}; expected one of: {it.allowed_class_modes}"
         )
     it.class_mode = kw["class_mode"]
-    it.dtype = kw["dtype"] or it._keras_floatx()
+    it.dtype = kw["dtype"] or it.keras_api.floatx()
     it.filenames, it.classes, it.class_indices, it._path_prefix = listing.list_classes(
         it._listing_scope(), directory, kw["classes"], it.split
     )
     it.num_classes = len(kw["classes"] or it.class_indices)
     it.samples = len(it._filenames)
-    it._keras_print(f"Found {it.samples} images belonging to {it.num_classes} classes.")
-    it._keras_iterator_init(it.samples, kw["batch_size"], kw["shuffle"], kw["seed"])
+    it.keras_api.print_msg(f"Found {it.samples} images belonging to {it.num_classes} classes.")
+    it.keras_api.Iterator.__init__(it, it.samples, kw["batch_size"], kw["shuffle"], kw["seed"])

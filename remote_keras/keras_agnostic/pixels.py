@@ -1,11 +1,10 @@
-"""What Keras adds to a batch's pixels, and what the iterator cores ask of a front's Keras.
+"""What Keras adds to a batch's pixels.
 
 The Keras layer's side of `remote_keras.pipeline.batches.Pixels`: the core builds
 batches without importing Keras, and asks the iterator, once per batch, for
-these settings through `batch_pixels()`, which `KerasHooks` answers with
-`keras_pixels` and its front's Keras's `floatx` and stock `ImageDataGenerator`.
-`KerasHooks` also gives the cores that Keras's data format, printer and
-`Iterator.__init__`; each front names its Keras in `keras_api`.
+these settings through `batch_pixels()`, which answers with `keras_pixels` and
+its front's Keras's `floatx` and stock `ImageDataGenerator` (each front names
+its Keras in `keras_api`).
 """
 
 from __future__ import annotations
@@ -58,36 +57,3 @@ def keras_pixels(generator: Any, floatx: str, stock: Any) -> Pixels:
         rescale=generator.rescale,
         identity=IDENTITY,
     )
-
-
-class KerasHooks:
-    """Mixin for a front's iterators: its Keras's `floatx`, data format, printer and `Iterator`.
-
-    Each front sets `keras_api` on its iterators: an object or module with
-    `floatx()`, `image_data_format()`, `print_msg(message)`, and its Keras's
-    `Iterator` and `ImageDataGenerator` classes.
-    """
-
-    keras_api: Any
-    image_data_generator: Any
-
-    def batch_pixels(self) -> Pixels:
-        """Keras's `floatx` and the generator's transform and standardization, as they are now.
-
-        Returns:
-            The `Pixels` of the next batch (see `keras_pixels`).
-        """
-        api = self.keras_api
-        return keras_pixels(self.image_data_generator, api.floatx(), api.ImageDataGenerator)
-
-    def _keras_floatx(self) -> str:
-        return self.keras_api.floatx()
-
-    def _keras_image_data_format(self) -> str:
-        return self.keras_api.image_data_format()
-
-    def _keras_print(self, message: str) -> None:
-        self.keras_api.print_msg(message)
-
-    def _keras_iterator_init(self, n: int, batch_size: int, shuffle: bool, seed: Any) -> None:
-        self.keras_api.Iterator.__init__(self, n, batch_size, shuffle, seed)

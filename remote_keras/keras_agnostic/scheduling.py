@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from remote_keras.keras_agnostic.pixels import keras_pixels
 from remote_keras.keras_lines import KerasLine
 from remote_keras.keras_lines.epoch_clock import EpochClock
 from remote_keras.keras_lines.keras3_16 import EpochSeededReplay
@@ -39,6 +40,10 @@ class SchedulingMixin:
     options: LoaderOptions
     keras_batches: tuple[int, int] | None
     keras_line: KerasLine
+    # The front's Keras: `floatx()`, `image_data_format()`, `print_msg(message)`, and its
+    # `Iterator` and `ImageDataGenerator` classes (a module or a namespace, set by the front).
+    keras_api: Any
+    image_data_generator: Any
     workers: int
     use_multiprocessing: bool
 
@@ -46,7 +51,14 @@ class SchedulingMixin:
 
         def _current_epoch(self) -> int: ...
 
-        def batch_pixels(self) -> batches.Pixels: ...
+    def batch_pixels(self) -> batches.Pixels:
+        """Keras's `floatx` and the generator's transform and standardization, as they are now.
+
+        Returns:
+            The `Pixels` of the next batch (`remote_keras.keras_agnostic.pixels`).
+        """
+        api, generator = self.keras_api, self.image_data_generator
+        return keras_pixels(generator, api.floatx(), api.ImageDataGenerator)
 
     def _start(self, epoch: int, index: int) -> tuple[Future, bool]:
         future = self._prefetcher.claim((epoch, index))

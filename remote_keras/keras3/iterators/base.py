@@ -16,7 +16,7 @@ from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
 from remote_keras.keras_lines import KerasLine, line_of
 from remote_keras.keras_lines.epoch_clock import KEPT_BATCHES, PredictedOrder
 
-# What the shared iterator cores ask of Keras 3 (`remote_keras.keras_agnostic.pixels.KerasHooks`).
+# What the shared iterator cores ask of Keras 3 (`SchedulingMixin.keras_api`).
 KERAS_3_API = types.SimpleNamespace(
     floatx=keras.config.floatx,
     image_data_format=keras.config.image_data_format,

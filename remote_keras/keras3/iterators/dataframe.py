@@ -5,12 +5,9 @@ from __future__ import annotations
 from remote_keras.keras3.iterators.base import RemoteBatchMixin
 from remote_keras.keras3.keras_src import legacy_image
 from remote_keras.keras_agnostic.dataframe import DataFrameCore
-from remote_keras.keras_agnostic.pixels import KerasHooks
 
 
-class DataFrameIterator(
-    KerasHooks, DataFrameCore, RemoteBatchMixin, legacy_image.DataFrameIterator
-):
+class DataFrameIterator(DataFrameCore, RemoteBatchMixin, legacy_image.DataFrameIterator):
     """Iterator over images named in a pandas dataframe, local or remote.
 
     Takes every argument of Keras's `DataFrameIterator`, with the same

@@ -5,12 +5,9 @@ from __future__ import annotations
 from remote_keras.keras3.iterators.base import RemoteBatchMixin
 from remote_keras.keras3.keras_src import legacy_image
 from remote_keras.keras_agnostic.directory import DirectoryCore
-from remote_keras.keras_agnostic.pixels import KerasHooks
 
 
-class DirectoryIterator(
-    KerasHooks, DirectoryCore, RemoteBatchMixin, legacy_image.DirectoryIterator
-):
+class DirectoryIterator(DirectoryCore, RemoteBatchMixin, legacy_image.DirectoryIterator):
     """Iterator over a folder of class sub-folders, local or remote.
 
     Takes every argument of Keras's `DirectoryIterator`, with the same
