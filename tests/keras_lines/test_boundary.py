@@ -138,3 +138,15 @@ class Backup:
 def test_the_layer_itself_is_where_keras_is_known():
     known = [path for path in LAYER.rglob("*.py") if violations(path.read_text())]
     assert {path.name for path in known} >= {"keras3.py", "worker_pools.py", "backup_hooks.py"}
+
+
+def test_each_module_of_the_layer_has_a_test_file_of_its_name():
+    """`tests/keras_lines/test_<module>.py`; the package's own is `test_lines.py`."""
+    tests = Path(__file__).parent
+    own = {"__init__": "lines", "resumption": None}  # a plain record, tested through its users
+    missing = []
+    for path in sorted(LAYER.glob("*.py")):
+        name = own.get(path.stem, path.stem)
+        if name is not None and not (tests / f"test_{name}.py").exists():
+            missing.append(path.name)
+    assert missing == []
