@@ -114,7 +114,7 @@ def make_arguments(
     Returns:
         `image_dataset.make`'s keyword arguments but `options` and `say`.
     """
-    given = arguments
+    given = arguments  # as the front received them
     label_mode, labels, channels, size, interpolation = checked(
         given["labels"],
         given["label_mode"],

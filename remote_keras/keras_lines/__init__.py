@@ -16,17 +16,22 @@ package only, each module citing the Keras source lines it relies on:
 - `distribution`: where a cluster says this process stands, and how Keras
   shards batches (3.16) and datasets (3.15 on).
 - `worker_pools`: Keras's registries of its worker process pools.
+- `backup_hooks`: the internals of Keras's `BackupAndRestore`, as a public
+  interface for the fronts' subclasses.
+- `private_homes`: Keras's names with no public home, imported by name.
 - `resumption`: `Resumption`, the rest of an interrupted epoch.
 
 `KerasLine` is what a front asks of the line it runs on; `line_of` chooses it,
 once, from the Keras the program loaded. No other module of the package reads
 Keras's version or a Keras private, or Python's global `random` state
-(`tests/keras_lines/test_boundary.py` checks). The layer imports no Keras:
-it reads the modules the program already loaded.
+(`tests/keras_lines/test_boundary.py` checks). The layer has no import
+statement of Keras: it reads the modules the program already loaded, and
+`private_homes` imports Keras's private modules by name when a front asks.
 
 Adding a Keras line (say 3.17, if it changed how `fit` draws its order):
 a module beside `keras3_16.py` with its rule and its test file under
-`tests/keras_lines/`, a `KerasLine` for it below, and its version in `line_of`.
+`tests/keras_lines/`, a `KerasLine` for it below, and its version in
+`line_for_version`.
 """
 
 from __future__ import annotations
@@ -35,11 +40,11 @@ import dataclasses
 import functools
 import importlib.util
 import os
-import sys
 from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 
 from remote_keras.keras_lines import distribution
+from remote_keras.keras_lines.distribution import keras_version
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,9 +214,12 @@ def installed_front(tensorflow_installed: bool) -> tuple[str, str]:
     return chosen, why
 
 
-def keras_version() -> str:
-    """`keras.__version__` of the Keras the program imported (`"?"` before it did)."""
-    return str(getattr(sys.modules.get("keras"), "__version__", "?"))
-
-
-__all__ = ["KERAS_2", "KERAS_3", "KERAS_3_16", "KerasLine", "line_for_version", "line_of"]
+__all__ = [
+    "KERAS_2",
+    "KERAS_3",
+    "KERAS_3_16",
+    "KerasLine",
+    "keras_version",
+    "line_for_version",
+    "line_of",
+]

@@ -148,7 +148,7 @@ def _from_keras_distribution() -> tuple[int, int] | None:
         if processes <= 1:
             return None
         reason = (
-            f"Keras {_keras_version()} cannot say which part of the data this process reads "
+            f"Keras {keras_version()} cannot say which part of the data this process reads "
             "(Distribution.num_processes, data_shard_id and num_model_replicas need Keras >= 3.15)"
         )
     raise RuntimeError(
@@ -181,5 +181,6 @@ def _backend_process_count() -> int:
     return int(jax.process_count()) if jax is not None else 1
 
 
-def _keras_version() -> str:
-    return getattr(sys.modules.get("keras"), "__version__", "?")
+def keras_version() -> str:
+    """`keras.__version__` of the Keras the program imported (`"?"` before it did)."""
+    return str(getattr(sys.modules.get("keras"), "__version__", "?"))
