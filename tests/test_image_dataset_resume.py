@@ -83,7 +83,7 @@ def test_a_restored_fit_reads_each_epoch_of_the_uninterrupted_run(
     backup = str(tmp_path / "backup")
     first = _fit(local, backup, interrupt, save_freq=save_freq)
     saved = json.load(open(os.path.join(backup, "training_metadata.json")))
-    epoch = saved["remote_keras"]["epoch"]
+    epoch = saved["remote_keras"]["records"][-1]["epoch"]
     assert epoch == 2  # the backup at the end of epoch 1 (or during epoch 2, read again)
     assert first[:epoch] == reference[:epoch]
     resumed = _fit(local, backup, save_freq=save_freq)

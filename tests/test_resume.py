@@ -146,7 +146,8 @@ def _check_resume(make, tmp_path, interrupt=(1, 5), save_freq=2, **kwargs):
     per_epoch = len(it)
     backup = str(tmp_path / f"backup-{uuid.uuid4().hex[:6]}")
     first, _, _ = _fit(make, backup, interrupt, save_freq=save_freq, **kwargs)
-    saved = json.load(open(os.path.join(backup, "training_metadata.json")))["remote_keras"]
+    metadata = json.load(open(os.path.join(backup, "training_metadata.json")))
+    saved = metadata["remote_keras"]["records"][-1]
     restart = saved["epoch"] * per_epoch + saved["batch"]
     assert restart <= len(first)  # the last backup came before the crash
     second, resumed_weights, resumed = _fit(make, backup, save_freq=save_freq, **kwargs)

@@ -47,7 +47,7 @@ def test_sigkill_mid_epoch_then_resume_on_s3(s3_images, s3_options, s3_proxy, tm
     assert rc == -9, error  # SIGKILL
     assert len(crashed) == per_epoch + 6
     metadata = json.load(open(tmp_path / "backup" / "training_metadata.json"))
-    saved = metadata["remote_keras"]
+    saved = metadata["remote_keras"]["records"][-1]
     # 11 steps an epoch, a backup every 3: the last one after step 4 of epoch 2 (from 0).
     assert (saved["epoch"], saved["batch"]) == (1, 4)
     restart = per_epoch + 4

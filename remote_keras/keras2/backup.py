@@ -13,26 +13,30 @@ and the Python `random` state `fit(shuffle=True)` draws that epoch's batch
 order from. On restart it loads the record for the epoch and step Keras
 resumes at, so that every step trains the batch, augmentation and order of
 the uninterrupted run (`remote_keras.keras_lines.keras2`), at the commits the
-first run read.
+first run read. The file holds the last two records, written through the
+fronts' one writer (`remote_keras.keras_agnostic.backup_record`).
 
 Through `iterator.to_tf_dataset()` Keras draws no order (it calls no `len()`):
 the records say so, and a restore makes the dataset's next pass hold the rest of
 the epoch. Under `MultiWorkerMirroredStrategy`, with one shared backup folder as
-Keras 2's own callback expects, the chief writes the records for all workers
-(`remote_keras.keras2.backup_records`). There tf.distribute splits each batch of
-a worker's shard into as many steps as there are workers (the per-worker steps
-Keras counts): a backup in steps is then taken once the batch ends, so that it
-resumes where a batch begins.
+Keras 2's own callback expects, the chief alone writes the records (with the
+shard count), and each worker reads them for its shard. There tf.distribute
+splits each batch of a worker's shard into as many steps as there are workers
+(the per-worker steps Keras counts): a backup in steps is then taken once the
+batch ends, so that it resumes where a batch begins.
 """
 
 from __future__ import annotations
 
 import posixpath
 import warnings
+from dataclasses import replace
 from typing import Any
 
-from remote_keras.keras2 import backup_records, keras_api
-from remote_keras.keras2.backup_records import RECORDS_FILE, RECORDS_FORMAT
+from remote_keras.keras2 import keras_api
+from remote_keras.keras_agnostic import backup_record
+from remote_keras.keras_agnostic.backup_record import Record
+from remote_keras.keras_agnostic.resume import own_shard
 from remote_keras.keras_lines import KERAS_2, keras3
 from remote_keras.keras_lines.backup_hooks import Keras2BackupHooks
 from remote_keras.keras_lines.keras2 import keras2_resumption
@@ -40,6 +44,10 @@ from remote_keras.keras_lines.keras3 import json_random_state, python_random_sta
 from remote_keras.keras_lines.resumption import Resumption
 
 __all__ = ["RECORDS_FILE", "RECORDS_FORMAT", "BackupAndRestore"]
+
+RECORDS_FILE = "remote_keras_iterator.json"  # beside Keras 2's backup
+RECORDS_FORMAT = backup_record.FORMAT
+_FILES = keras_api.GFILES  # local paths and `tf.io.gfile` URLs, as Keras 2's backup
 
 
 class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
@@ -75,8 +83,8 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
         KERAS_2.check_backup(self, keras_api.BackupAndRestore)
         self.train_iterator = train_iterator
         self.state_path = posixpath.join(str(backup_dir), RECORDS_FILE)
-        self._records: list[dict[str, Any]] = []  # the last two written, oldest first
-        self._pending: list[dict[str, Any]] | None = None  # a previous run's, until matched
+        self._records: list[Record] = []  # the last two written, oldest first
+        self._pending: list[Record] | None = None  # a previous run's, until matched
         self._epoch = 0
         self._first_step = True
         self._drawn: tuple | None = None  # the state this epoch's order was drawn from
@@ -98,8 +106,8 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
         self._per_batch = steps_per_batch(self.save_freq, steps, self.train_iterator)
         self._writes = keras_api.writes_checkpoints(self.model)
         if self._writes:
-            backup_records.remove_stale(self.state_path)
-        self._pending = backup_records.read(self.state_path, self.train_iterator.shard.count)
+            backup_record.remove_leftovers([self.state_path], _FILES)
+        self._pending = backup_record.read(self.state_path, self.train_iterator.shard.count, _FILES)
         self._records = list(self._pending or [])  # a kill before Keras's next backup needs them
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
@@ -108,9 +116,9 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
         draws = self.train_iterator.resumable.draws
         draws.mark()
         if self._pending is not None:
-            saved = [r for r in self._pending if r["epoch"] == epoch and r["python_random"]]
+            saved = [r for r in self._pending if r.epoch == epoch and r.python_random]
             if saved:  # Keras draws this epoch's order from the state it was drawn from
-                draws.arm(python_random_state(saved[-1]["python_random"]))
+                draws.arm(python_random_state(saved[-1].python_random))
         elif self._arm_next is not None and self._arm_next[0] == epoch:
             # After an epoch resumed mid-way, whose enqueuer never drew ahead (`fit` did not
             # take all its batches): the state the uninterrupted run drew this epoch from.
@@ -146,12 +154,11 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
             latest = self._pending[-1]
             self._pending = None
             self.train_iterator.resumable.set_state_in_order(
-                self._mine(latest["train"]), lambda length: None
+                self._mine(latest.train), lambda length: None
             )
         super().on_train_end(logs)
-        deletes = getattr(self, "delete_checkpoint", True) and self._writes
-        if deletes and keras_api.gfile.exists(self.state_path):
-            keras_api.gfile.remove(self.state_path)
+        if getattr(self, "delete_checkpoint", True) and self._writes:
+            _FILES.remove(self.state_path)
 
     def write_backup(self, epoch: int, batch: int) -> None:
         """Writes the iterator's record, then Keras 2's backup, after step `batch` of `epoch`."""
@@ -161,13 +168,13 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
         self._write(self._record(epoch, batch))  # first: Keras's backup always has its record
         self.keras_backup(epoch, batch)
 
-    def _mine(self, state: dict[str, Any]) -> dict[str, Any]:
+    def _mine(self, state: Any) -> dict[str, Any]:
         """A record's iterator state (the chief's) for this worker's shard."""
-        return backup_records.for_shard(state, self.train_iterator.shard.index)
+        return own_shard(state, self.train_iterator, mid_epoch=False)
 
     # ---------------------------------------------------------------- records
 
-    def _record(self, epoch: int, batch: int) -> dict[str, Any]:
+    def _record(self, epoch: int, batch: int) -> Record:
         """Where a backup Keras writes now after step `batch` of `epoch` resumes the stream."""
         epoch, batch = int(epoch), int(batch)  # Keras may pass numpy integers
         steps = (self.params or {}).get("steps") or self.train_iterator.resumable.batches
@@ -178,15 +185,15 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
             resume, done, state = epoch + 1, 0, keras3.random_state()
         else:
             resume, done, state = epoch, batch + 1, self._drawn
-        return {
-            "epoch": resume,
-            "batch": done,  # Keras's steps; the iterator's batches in `train`
-            "reads": self._reads,
-            "fit_shuffle": self._fit_shuffle,
-            "extra_draws": self._extra_draws,
-            "python_random": None if state is None else json_random_state(state),
-            "train": self.train_iterator.state_dict(epoch=resume, batch=done // self._per_batch),
-        }
+        return Record(
+            epoch=resume,
+            batch=done,  # Keras's steps; the iterator's batches in `train`
+            reads=self._reads,
+            fit_shuffle=self._fit_shuffle,
+            extra_draws=self._extra_draws,
+            python_random=None if state is None else json_random_state(state),
+            train=self.train_iterator.state_dict(epoch=resume, batch=done // self._per_batch),
+        )
 
     def _observe_draw(self) -> None:
         """After an epoch's first step: the state its order was drawn from, and if shuffled."""
@@ -211,30 +218,30 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
             ahead = shuffled(length, after)[1]
             self._extra_draws = {after: 0, ahead: 1}.get(state, self._extra_draws)
         self._drawn, self._fit_shuffle = state, shuffle
-        stale = [r for r in self._records if r["epoch"] == self._epoch and r["batch"] == 0]
-        exact = json_random_state(state)
-        if any(r["python_random"] != exact or r["fit_shuffle"] != shuffle for r in stale):
-            for record in stale:
-                record["python_random"], record["fit_shuffle"] = exact, shuffle
+        exact, now = json_random_state(state), (self._epoch, 0)
+        fresh = [replace(r, python_random=exact, fit_shuffle=shuffle) for r in self._records]
+        fresh = [f if (r.epoch, r.batch) == now else r for r, f in zip(self._records, fresh)]
+        if fresh != self._records:  # the records of this epoch's start, drawn exactly now
+            self._records = fresh
             self._write(None)
 
-    def _write(self, record: dict[str, Any] | None) -> None:
+    def _write(self, record: Record | None) -> None:
         """Writes the last two records (with `record` added) atomically; the chief's alone."""
         if record is not None:
             self._records = [*self._records[-1:], record]
         if self._writes:
             shards = self.train_iterator.shard.count
-            backup_records.write(self.state_path, self._records, shards)
+            backup_record.write(self.state_path, self._records, shards, _FILES)
 
     def _resume(self, epoch: int, step: int) -> None:
         """Continues the stream where Keras resumes, at step `step` of `epoch`."""
         pending, self._pending = self._pending or [], None
-        found = [r for r in pending if (r["epoch"], r["batch"]) == (epoch, step)]
+        found = [r for r in pending if (r.epoch, r.batch) == (epoch, step)]
         iterator = self.train_iterator
         if not found and (epoch, step) == (0, 0):
             return  # Keras starts afresh: its backup was never written
         if not found:
-            saved = ", ".join(f"epoch {r['epoch']} step {r['batch']}" for r in pending)
+            saved = ", ".join(f"epoch {r.epoch} step {r.batch}" for r in pending)
             warnings.warn(
                 f"Keras resumes at epoch {epoch} step {step}, but the backup's records of the "
                 f"data stream are for {saved or 'nothing'}: the iterator reads epoch {epoch} "
@@ -244,17 +251,17 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
             iterator.set_epoch(epoch)
             return
         record = found[-1]
-        if record.get("reads") == "dataset":  # the dataset's next pass holds the rest
+        if record.reads == "dataset":  # the dataset's next pass holds the rest
             self._reads, self._drawn, self._fit_shuffle = "dataset", None, False
-            done = int(record["train"]["batch"])
+            done = int(record.train["batch"]) if record.train else 0
             iterator.resumable.set_state_in_order(
-                self._mine(record["train"]),
+                self._mine(record.train),
                 lambda length: Resumption(epoch, tuple(range(done, length))) if done else None,
             )
             return
-        saved_state = record["python_random"]
+        saved_state = record.python_random
         state = None if saved_state is None else python_random_state(saved_state)
-        shuffle = record["fit_shuffle"] is not False  # Keras's default when not yet seen
+        shuffle = record.fit_shuffle is not False  # Keras's default when not yet seen
         if step and shuffle and state is None:
             warnings.warn(
                 f"The order `fit` drew for epoch {epoch} was not recorded: the batches it has "
@@ -262,8 +269,8 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
                 stacklevel=2,
             )
             shuffle = False
-        self._drawn, self._fit_shuffle = state, record["fit_shuffle"]
-        self._extra_draws = record.get("extra_draws")
+        self._drawn, self._fit_shuffle = state, record.fit_shuffle
+        self._extra_draws = record.extra_draws
         if step and shuffle and state is not None:
             length = iterator.resumable.batches
             after = shuffled(length, state)[1]
@@ -274,7 +281,7 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
         def rest(length: int) -> Resumption | None:  # batches per epoch at the record's commits
             return keras2_resumption(epoch, step, length, shuffle, state) if step else None
 
-        iterator.resumable.set_state_in_order(self._mine(record["train"]), rest)
+        iterator.resumable.set_state_in_order(self._mine(record.train), rest)
 
 
 def steps_per_batch(save_freq: Any, steps: int | None, iterator: Any) -> int:

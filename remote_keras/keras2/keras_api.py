@@ -8,7 +8,8 @@ home in Keras 2, and the front needs it: Keras 2 exports `Iterator`,
 the front subclasses to stay a drop-in. It is read from the module that defines
 the public `Iterator` (`remote_keras.keras_lines.private_homes`). Without
 TensorFlow (the `tensorflow` extra), importing this module raises
-`MissingBackendError` naming that extra.
+`MissingBackendError` naming that extra. TensorFlow's files (`tf.io.gfile`), where
+the front's `BackupAndRestore` writes its records, are here too (`GFILES`).
 """
 
 from __future__ import annotations
@@ -35,20 +36,17 @@ NumpyArrayIterator: Any = image.NumpyArrayIterator
 DataFrameIterator: Any = private_homes.keras2_dataframe_iterator(Iterator)
 Callback: Any = keras.callbacks.Callback
 BackupAndRestore: Any = keras.callbacks.BackupAndRestore
-gfile: Any = tf.io.gfile  # where Keras 2's BackupAndRestore writes (local paths and URLs)
-MissingFileError: Any = tf.errors.NotFoundError  # what gfile raises for a missing file
 
 __all__ = [
     "BackupAndRestore",
     "Callback",
     "DataFrameIterator",
     "DirectoryIterator",
+    "GFILES",
     "ImageDataGenerator",
     "Iterator",
-    "MissingFileError",
     "NumpyArrayIterator",
     "floatx",
-    "gfile",
     "image_data_format",
     "multi_worker_scope",
     "print_msg",
@@ -110,3 +108,34 @@ def writes_checkpoints(model: Any) -> bool:
     """
     strategy = getattr(model, "distribute_strategy", None)
     return True if strategy is None else bool(strategy.extended.should_checkpoint)
+
+
+class GFiles:
+    """`tf.io.gfile`, where Keras 2's `BackupAndRestore` writes (local paths and URLs), as
+    the files of `remote_keras.keras_agnostic.backup_record` (its `Files`)."""
+
+    def open(self, path: str, mode: str) -> Any:
+        return tf.io.gfile.GFile(path, mode)
+
+    def replace(self, source: str, target: str) -> None:
+        tf.io.gfile.rename(source, target, overwrite=True)
+
+    def exists(self, path: str) -> bool:
+        return bool(tf.io.gfile.exists(path))
+
+    def remove(self, path: str) -> None:
+        try:
+            tf.io.gfile.remove(path)
+        except tf.errors.NotFoundError:  # removed meanwhile
+            pass
+
+    def listdir(self, folder: str) -> list[str]:
+        if not tf.io.gfile.exists(folder):
+            return []
+        return [name.rstrip("/") for name in tf.io.gfile.listdir(folder)]
+
+    def makedirs(self, folder: str) -> None:
+        tf.io.gfile.makedirs(folder)
+
+
+GFILES = GFiles()

@@ -14,8 +14,7 @@ import keras
 from remote_keras import errors
 from remote_keras.keras3 import backup_files
 from remote_keras.keras3.keras_src import file_utils
-from remote_keras.keras_agnostic import resume, workers
-from remote_keras.keras_agnostic.resume import STATE_FORMAT, fingerprint
+from remote_keras.keras_agnostic import backup_record, resume, workers
 from remote_keras.keras_lines import dataset_passes, keras3, line_of
 from remote_keras.keras_lines.backup_hooks import Keras3BackupHooks
 from remote_keras.keras_lines.keras3 import FitOrder, json_random_state
@@ -85,7 +84,7 @@ class BackupAndRestore(Keras3BackupHooks, keras.callbacks.BackupAndRestore):
         self._passes: dict[str, Any] = {"train": [], "epoch": []}  # datasets' counts of passes
         paths = self.backup_paths
         backup_files.prepare(paths.weights, paths.metadata)
-        self._saved = backup_files.saved_state(paths.metadata)
+        self._saved = backup_files.saved_record(paths.metadata)
         self._find_saved()
 
     # ---------------------------------------------------------------- Keras's hooks
@@ -99,8 +98,8 @@ class BackupAndRestore(Keras3BackupHooks, keras.callbacks.BackupAndRestore):
             train = self._iterators["train"]
             if train is not None:
                 train.resumable.count_resumed()  # Keras has counted whole epochs' steps by now
-            keras3.set_random_state(saved["python_random"])  # fit draws from it
-            dataset_passes.restore(saved.get("datasets", []))
+            keras3.set_random_state(saved.python_random)  # fit draws from it
+            dataset_passes.restore(saved.datasets)
         elif self._iterators["train"] is None:
             self._iterators["train"] = _single(_reset_by_keras(self._iterators))
         self._passes["train"] = dataset_passes.counts()
@@ -219,58 +218,52 @@ class BackupAndRestore(Keras3BackupHooks, keras.callbacks.BackupAndRestore):
     def _data_state(self, epoch: int, done: int, validated: bool) -> dict[str, Any]:
         train, validation = self._iterators["train"], self._iterators["validation"]
         assert self._order is not None  # noqa: S101 - backups come after an epoch began
-        validation_state = None
-        if validation is not None:
-            passes = validation.resumable.epoch
-            if not validated and _validates(self._validated, epoch - 1):
-                passes += 1  # the pass Keras runs before the epoch ends, skipped on resume
-            validation_state = validation.state_dict(epoch=passes)
-        return {
-            "format": STATE_FORMAT,
-            "epoch": epoch,
-            "batch": done,
-            "fit_shuffle": _recorded_shuffle(
+        record = backup_record.Record(
+            epoch=epoch,
+            batch=done,
+            fit_shuffle=_recorded_shuffle(
                 self._order, train, self._epoch - self._fit_start, self._done - self._offset
             ),
-            "order_origin": self._origin,
-            "python_random": json_random_state(self._order.state(epoch, self._batches())),
-            "train": None if train is None else train.state_dict(epoch=epoch, batch=done),
-            "validation": validation_state,
-            "datasets": _datasets_state(self._passes, mid_epoch=epoch == self._epoch),
-        }
+            order_origin=self._origin,
+            python_random=json_random_state(self._order.state(epoch, self._batches())),
+            train=None if train is None else train.state_dict(epoch=epoch, batch=done),
+            validation=_validation_state(validation, epoch, validated, self._validated),
+            datasets=_datasets_state(self._passes, mid_epoch=epoch == self._epoch),
+        )
+        return backup_record.document([record], train.shard.count if train else 1)
 
     def _find_saved(self) -> None:
         """Restores the backed-up iterators found (given, or open and reading the same data)."""
         saved = self._saved
         if saved is None:
             return
-        for role in ("train", "validation"):
-            if saved[role] is None or self._restored[role]:
+        for role, state in (("train", saved.train), ("validation", saved.validation)):
+            if state is None or self._restored[role]:
                 continue
             if self._iterators[role] is None:
                 others = [it for r, it in self._iterators.items() if r != role]
-                self._iterators[role] = _single(_matching(saved[role], others), saved[role])
+                self._iterators[role] = _single(_matching(state, others), state)
             if self._iterators[role] is not None:
                 self._restore(role, saved)
 
-    def _restore(self, role: str, saved: dict[str, Any]) -> None:
+    def _restore(self, role: str, saved: backup_record.Record) -> None:
         """Loads a saved iterator state; the interrupted epoch reads only what is left."""
         self._restored[role] = True
         iterator = self._iterators[role]
         if role == "validation":
-            iterator.load_state_dict(saved["validation"])
+            iterator.load_state_dict(saved.validation)
             return
-        epoch, done = saved["epoch"], saved["batch"]
-        state = keras3.python_random_state(saved["python_random"]) if saved["fit_shuffle"] else None
-        self._origin = saved.get("order_origin", 0)
+        epoch, done = saved.epoch, saved.batch
+        state = keras3.python_random_state(saved.python_random) if saved.fit_shuffle else None
+        self._origin = saved.order_origin
         replay = None
-        if line_of("keras3").seeds_epochs and saved["fit_shuffle"]:
+        if line_of("keras3").seeds_epochs and saved.fit_shuffle:
             replay = EpochSeededReplay(self._origin, epoch)
         # Keras counts a whole epoch's steps before `on_train_begin`, which counts the rest.
-        iterator.resumable.set_state(saved["train"], state, counted=False, replay=replay)
+        iterator.resumable.set_state(saved.train, state, counted=False, replay=replay)
         self._epoch, self._offset, self._done = epoch, done, done
         self.count_batches_from(done - 1 if done else 0)  # Keras counts batches from here
-        self._set_random_at = epoch + 1 if done and saved["fit_shuffle"] else None
+        self._set_random_at = epoch + 1 if done and saved.fit_shuffle else None
 
 
 def _validates(validated: set[int], epoch: int) -> bool:
@@ -282,6 +275,22 @@ def _validates(validated: set[int], epoch: int) -> bool:
     if not validated:
         return True
     return (epoch + 1) % (min(validated) + 1) == 0
+
+
+def _validation_state(
+    validation: Any, epoch: int, validated: bool, after: set[int]
+) -> dict[str, Any] | None:
+    """The state of the `validation` iterator (or `None`) for a backup resuming at `epoch`.
+
+    `validated`: whether the pass after epoch `epoch - 1` counts as done;
+    `after`: the epochs `fit` validated after, in this run.
+    """
+    if validation is None:
+        return None
+    passes = validation.resumable.epoch
+    if not validated and _validates(after, epoch - 1):
+        passes += 1  # the pass Keras runs before the epoch ends, skipped on resume
+    return validation.state_dict(epoch=passes)
 
 
 def _recorded_shuffle(order: FitOrder, train: Any, fit_pass: int, trained: int) -> bool:
@@ -339,7 +348,7 @@ def _matching(state: dict[str, Any], exclude: Any) -> list[Any]:
         and resume.same_run(it, state)
     ]  # fmt: skip
     if len(found) > 1:
-        found = [it for it in found if fingerprint(it) == state["fingerprint"]]
+        found = [it for it in found if resume.fingerprint(it) == state["fingerprint"]]
     return found
 
 

@@ -1,14 +1,16 @@
 """The two files of a `BackupAndRestore` backup, kept a consistent pair across kills.
 
-A backup is a weights file and a metadata file (Keras's names and formats). A
-save writes both to temporary files in the backup folder, the metadata holding
-the SHA-256 of the weights it goes with, then renames the weights into place,
-then the metadata. A kill before the first rename leaves the previous pair; a
-kill between the renames leaves new weights beside old metadata, which
-`repair` detects by the digest and completes from the new metadata's
-temporary file (a complete file by then). Temporary files left by killed saves
-are removed when the next run starts (`prepare`) and by the next save. With
-several JAX processes only the first writes (`writes_backups`).
+A backup is a weights file and a metadata file (Keras's names and formats), the
+record of the data stream under the metadata's `"remote_keras"` key (the
+document of `remote_keras.keras_agnostic.backup_record`, with one record). A
+save stages both through that module's writer (temporary files in the backup
+folder, the metadata holding the SHA-256 of the weights it goes with), then
+commits the weights, then the metadata. A kill before the first rename leaves
+the previous pair; a kill between the renames leaves new weights beside old
+metadata, which `repair` detects by the digest and completes from the new
+metadata's temporary file (a complete file by then). Temporary files left by
+killed saves are removed when the next run starts (`prepare`) and by the next
+save. With several JAX processes only the first writes (`writes_backups`).
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import tempfile
 from collections.abc import Callable
 from typing import Any
 
-# `.<pid>.tmp.<name>`: keeps the name's ending (Keras checks for `.weights.h5`).
-_TEMPORARY = re.compile(r"^\.\d+\.tmp\.(?P<name>.+)$")
+from remote_keras.keras_agnostic import backup_record
+from remote_keras.keras_agnostic.backup_record import Record
+
 DIGEST_KEY = "weights_sha256"
 
 
@@ -48,14 +50,12 @@ def save(
         with open_file(metadata_path, "w") as f:
             f.write(json.dumps(metadata))
         return
-    folder = os.path.dirname(metadata_path)
-    remove_leftovers(folder, (weights_path, metadata_path))
-    weights_temporary, metadata_temporary = _temporary(weights_path), _temporary(metadata_path)
-    write_weights(weights_temporary)
-    metadata = dict(metadata, **{DIGEST_KEY: _sha256(weights_temporary)})
-    _write_text(metadata_temporary, json.dumps(metadata))
-    os.replace(weights_temporary, weights_path)
-    os.replace(metadata_temporary, metadata_path)  # the commit point
+    backup_record.remove_leftovers((weights_path, metadata_path))
+    weights = backup_record.stage(weights_path, write_weights)
+    metadata = dict(metadata, **{DIGEST_KEY: _sha256(weights.temporary)})
+    staged = backup_record.stage(metadata_path, json.dumps(metadata))
+    weights.commit()
+    staged.commit()  # the commit point
 
 
 def repair(weights_path: str, metadata_path: str) -> None:
@@ -80,13 +80,13 @@ def repair(weights_path: str, metadata_path: str) -> None:
     if actual == recorded:
         return
     folder = os.path.dirname(metadata_path)
-    for candidate in _leftovers(folder, (metadata_path,)):
+    for candidate in backup_record.leftovers((metadata_path,)):
         try:
             complete = _read_json(candidate).get(DIGEST_KEY) == actual
         except (OSError, ValueError):  # killed while it was written
             continue
-        if complete:
-            os.replace(candidate, metadata_path)
+        if complete:  # the killed save's commit, completed
+            backup_record.Staged(metadata_path, candidate).commit()
             return
     if recorded is None:
         return  # weights without metadata that are not this module's: as Keras
@@ -96,38 +96,6 @@ def repair(weights_path: str, metadata_path: str) -> None:
         "matches it. Were its files changed or copied separately? Delete the folder to "
         "train from the start."
     )
-
-
-def remove_leftovers(folder: str, paths: tuple[str, ...]) -> None:
-    """Removes the temporary files of killed saves of `paths` from `folder`.
-
-    Args:
-        folder: The backup folder.
-        paths: The backup's files; only their temporary files are removed.
-    """
-    for leftover in _leftovers(folder, paths):
-        try:
-            os.remove(leftover)
-        except FileNotFoundError:
-            pass
-
-
-def _leftovers(folder: str, paths: tuple[str, ...]) -> list[str]:
-    names = {os.path.basename(path) for path in paths}
-    try:
-        entries = sorted(os.listdir(folder))
-    except FileNotFoundError:
-        return []
-    return [
-        os.path.join(folder, entry)
-        for entry in entries
-        if (match := _TEMPORARY.match(entry)) is not None and match["name"] in names
-    ]
-
-
-def _temporary(path: str) -> str:
-    folder, name = os.path.split(path)
-    return os.path.join(folder, f".{os.getpid()}.tmp.{name}")
 
 
 def _sha256(path: str) -> str:
@@ -141,11 +109,6 @@ def _sha256(path: str) -> str:
 def _read_json(path: str) -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
-
-
-def _write_text(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
 
 
 def _remote(path: str) -> bool:
@@ -194,14 +157,24 @@ def prepare(weights_path: str, metadata_path: str) -> None:
     if writes_backups():  # nothing else writes the folder now (one run per folder)
         repair(weights_path, metadata_path)
         if not _remote(metadata_path):
-            remove_leftovers(os.path.dirname(metadata_path), (weights_path, metadata_path))
+            backup_record.remove_leftovers((weights_path, metadata_path))
 
 
-def saved_state(metadata_path: str) -> dict[str, Any] | None:
-    """The package's part of a backup's metadata, or `None` without a backup."""
+def saved_record(metadata_path: str) -> Record | None:
+    """The record of the data stream in a backup's metadata.
+
+    Returns:
+        The record; `None` without a backup, for one of Keras's own, and for
+        one of another version (with a warning: the iterator then starts from
+        the epoch Keras resumes at).
+    """
     from remote_keras.keras3.keras_src import file_utils
 
     if not file_utils.exists(metadata_path):
         return None
     with file_utils.File(metadata_path, "r") as f:
-        return json.loads(f.read()).get("remote_keras")
+        saved = json.loads(f.read()).get("remote_keras")
+    # Every process of a run records the same position: another count resumes at an
+    # epoch's start (each iterator's state checks it, `resume.own_shard`).
+    records = [] if saved is None else backup_record.records_of(saved, None, metadata_path)
+    return records[-1] if records else None

@@ -106,12 +106,13 @@ def test_to_tf_dataset_resumes_mid_epoch(tfk, image_dir, tmp_path):
 
 def test_a_backup_of_another_worker_count_is_refused(tfk, image_dir, tmp_path):
     """Written by 2 workers (their shards), resumed by 1: refused before a step, naming both."""
-    from remote_keras.keras2 import backup_records
+    from remote_keras.keras2.backup import RECORDS_FILE
+    from remote_keras.keras_agnostic import backup_record
 
     backup = tmp_path / "backup"
     state = {"epoch": 1, "batch": 0, "shard": [0, 2]}
-    record = {"epoch": 1, "batch": 0, "reads": "dataset", "train": state}
-    backup_records.write(str(backup / backup_records.RECORDS_FILE), [record], shards=2)
+    record = backup_record.Record(epoch=1, batch=0, reads="dataset", train=state)
+    backup_record.write(str(backup / RECORDS_FILE), [record], shards=2)
     with _iterator(image_dir) as it:
         model = _model(tfk)
         callback = rk.BackupAndRestore(str(backup), train_iterator=it, save_freq=2)
