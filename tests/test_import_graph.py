@@ -214,6 +214,20 @@ def test_the_fronts_and_their_core_import_neither_front():
     assert (keras3, keras2, core) == ({}, {}, {})
 
 
+# The iterators' one shared class holds their whole public surface (Keras's attributes and the
+# package's) and their Keras entry points, each delegating to its parts (`Scheduler`,
+# `Resumable`, `ProcessLocal`, ...): it may be longer, but none of its methods may hold logic.
+LONGER_CLASSES = {"RemoteBatchCore": 350}
+DELEGATION_LINES = 8  # the most code lines (docstring aside) of a method of such a class
+
+
+def _code_lines(function: ast.FunctionDef) -> int:
+    body = function.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    return 0 if not body else (body[-1].end_lineno or 0) - body[0].lineno + 1
+
+
 @pytest.mark.slow
 def test_modules_and_classes_stay_small():
     too_big = []
@@ -227,6 +241,19 @@ def test_modules_and_classes_stay_small():
         for node in ast.walk(ast.parse(text, relative)):
             if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
                 length = node.end_lineno - node.lineno + 1
-                if length > 250:
-                    too_big.append(f"{relative}: class {node.name} {length} lines (at most 250)")
+                limit = LONGER_CLASSES.get(node.name, 250)
+                if length > limit:
+                    too_big.append(
+                        f"{relative}: class {node.name} {length} lines (at most {limit})"
+                    )
+                if node.name not in LONGER_CLASSES:
+                    continue
+                for method in node.body:
+                    if isinstance(method, ast.FunctionDef) and (
+                        _code_lines(method) > DELEGATION_LINES
+                    ):
+                        too_big.append(
+                            f"{relative}: {node.name}.{method.name} has "
+                            f"{_code_lines(method)} lines of code (at most {DELEGATION_LINES})"
+                        )
     assert not too_big, "\n".join(too_big)

@@ -96,7 +96,7 @@ def test_idle_iterators_release_threads_and_connections(s3_server, s3_images, lo
                 already,
                 _established(port),
             )
-        assert all(it._pools.releases >= 1 for it in kept)
+        assert all(it._local.pools.releases >= 1 for it in kept)
         batch = kept[-1][0]  # and they read again on demand
         assert batch[0].shape == (4, 8, 8, 3)
     finally:

@@ -19,38 +19,31 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Any
+from typing import Any, cast
 
 from remote_keras.keras2 import keras_api
 from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
 from remote_keras.keras_agnostic.dataframe import DataFrameCore
 from remote_keras.keras_agnostic.directory import DirectoryCore
+from remote_keras.keras_agnostic.scheduling import Scheduler, split_again_message
 from remote_keras.keras_lines import KERAS_2
 from remote_keras.keras_lines.keras2 import Keras2Clock, KerasDraws
 
 # Set while `to_tf_dataset()` reads the batch that gives its spec: that read is ours, not fit's.
 _OWN_READ = threading.local()
-
-
-def split_again_message(shard: Any) -> str:
-    """Why a shard fed to Keras 2's multi-worker `fit` is refused (the Keras 3 front's words)."""
-    return (
-        f"This iterator reads shard {shard.index} of {shard.count} (from {shard.source}), but "
-        "under multi-worker tf.distribute Keras would split every batch between the workers "
-        f"again and train on only 1/{shard.count} of it. Pass `iterator.to_tf_dataset()` "
-        "instead (it keeps each worker's shard whole), or `num_shards=1` to read the whole "
-        "dataset on every worker. (Keras 2's fit reads the iterator inside "
-        "`strategy.scope()`: read `len(iterator)` or batches of your own outside it.)"
-    )
+# What Keras 2 adds to the refusal of a shard (`scheduling.split_again_message`).
+_ADVICE = (
+    " (Keras 2's fit reads the iterator inside `strategy.scope()`: read `len(iterator)` or "
+    "batches of your own outside it.)"
+)
 
 
 class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
     """`RemoteBatchCore` on Keras 2's `Iterator`, with Keras 2's epoch ends (module docstring)."""
 
-    _clock: Keras2Clock
     _clock_type = Keras2Clock
     keras_line = KERAS_2
-    keras_api: Any = keras_api  # what the shared core asks of Keras 2
+    keras_api = keras_api  # what the shared core asks of Keras 2
 
     def _finish_init(self) -> None:
         super()._finish_init()
@@ -103,7 +96,7 @@ class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
         shard = self.shard
         if shard.count > 1 and not getattr(_OWN_READ, "active", False):
             if keras_api.multi_worker_scope():
-                raise ValueError(split_again_message(shard))
+                raise ValueError(split_again_message(shard, _ADVICE))
 
     def on_epoch_end(self) -> None:
         """Ends the epoch: the next batches come from the next epoch's order.
@@ -115,11 +108,12 @@ class RemoteBatchMixin(RemoteBatchCore, keras_api.Iterator):
         with self.lock:
             ended = self._clock.end(self._length())  # none: the second call of a pair
             if ended:
-                self._end_epochs(ended)
+                Scheduler(self).end_epochs(ended)
 
     def _skips_listed_before(self) -> int | None:
         """Only ended epochs' when an enqueuer began this one (it reads ahead of `fit`)."""
-        return self._clock.epoch if self._clock.read_ahead else None
+        clock = cast(Keras2Clock, self._clock)
+        return clock.epoch if clock.read_ahead else None
 
     def next(self):
         """The next batch of the stream (Keras 2 spells `next(iterator)` so too)."""

@@ -11,6 +11,7 @@ from typing import Any, cast
 from typing_extensions import Unpack
 
 from remote_keras import errors
+from remote_keras.keras_agnostic import files, iterator_setup
 from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides, keras_arguments
 from remote_keras.storage import data_versions, listing, locations, saving
@@ -52,7 +53,7 @@ class DataFrameCore(RemoteBatchCore):
     ):
         arguments = keras_arguments(locals(), "dataframe")
         saving.check_save_prefix(save_to_dir, save_prefix)
-        self._init_remote(options, overrides)
+        iterator_setup.start(self, options, overrides)
         if isinstance(dataframe, (str, os.PathLike)):
             dataframe = self._read_table(os.fspath(dataframe))
         check_path_column(dataframe, x_col)
@@ -65,7 +66,7 @@ class DataFrameCore(RemoteBatchCore):
         self.table_url = self.engine.pin(url)
         self._ensure_process()
         with errors.reading(self.table_url):
-            data = self.engine.fetcher.fetch([self.table_url], self._pools.get("fetch"))[0]
+            data = self.engine.fetcher.fetch([self.table_url], self._local.pools.get("fetch"))[0]
         if isinstance(data, BaseException):
             raise data
         return data_versions.read_table_bytes(self.table_url, bytes(data))
@@ -93,7 +94,7 @@ class DataFrameCore(RemoteBatchCore):
             self._path_prefix = paths.prefix
         else:
             self._known_paths = {n: p for n, p in zip(names, paths) if p is not None}
-        return df[listing.valid_rows(self._listing_scope(), paths, x_col)]
+        return df[listing.valid_rows(files.listing_scope(self), paths, x_col)]
 
 
 def check_path_column(df: Any, x_col: str) -> None:

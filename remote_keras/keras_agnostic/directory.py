@@ -11,6 +11,7 @@ from typing import Any, cast
 
 from typing_extensions import Unpack
 
+from remote_keras.keras_agnostic import files, iterator_setup
 from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides, keras_arguments
 from remote_keras.storage import listing, locations, saving
@@ -45,7 +46,7 @@ class DirectoryCore(RemoteBatchCore):
     ):
         arguments = keras_arguments(locals(), "directory", "image_data_generator")
         saving.check_save_prefix(save_to_dir, save_prefix)
-        self._init_remote(options, overrides)
+        iterator_setup.start(self, options, overrides)
         if locations.is_url(os.fspath(directory)):
             self._listing = (os.fspath(directory), image_data_generator, arguments)
             init_from_listing(self, *self._listing[:2], **arguments)
@@ -88,7 +89,7 @@ def init_from_listing(it: Any, directory: str, image_data_generator: Any, **kw: 
     it.class_mode = kw["class_mode"]
     it.dtype = kw["dtype"] or it.keras_api.floatx()
     it.filenames, it.classes, it.class_indices, it._path_prefix = listing.list_classes(
-        it._listing_scope(), directory, kw["classes"], it.split
+        files.listing_scope(it), directory, kw["classes"], it.split
     )
     it.num_classes = len(kw["classes"] or it.class_indices)
     it.samples = len(it._filenames)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from remote_keras.keras_agnostic import tensorflow_import
+from remote_keras.keras_agnostic.scheduling import Scheduler
 
 
 def to_tf_dataset(it: Any) -> Any:
@@ -54,10 +55,11 @@ def to_tf_dataset(it: Any) -> Any:
 
     first = [as_tuple(it[0])]  # read once: for the spec, then as batch 0
     signature = spec(first[0])
-    read_at = (it._current_epoch(), it._resuming())
+    resumable = it.resumable
+    read_at = (resumable.epoch, resumable.resuming())
 
     def batches() -> Any:
-        if first and (it._current_epoch(), it._resuming()) != read_at:
+        if first and (resumable.epoch, resumable.resuming()) != read_at:
             # Restored since (Keras 2's `BackupAndRestore` restores when `fit` has begun, the
             # dataset built): that batch 0 is another epoch's; the pass reads its own.
             first.clear()
@@ -68,9 +70,9 @@ def to_tf_dataset(it: Any) -> Any:
                 yield first.pop()
             else:
                 yield as_tuple(it[i])
-        it._end_pass()  # the next pass is the next epoch
+        Scheduler(it).end_epoch()  # the next pass is the next epoch
 
-    resumed = it._resuming()
+    resumed = resumable.resuming()
     dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
     if it.shard.count > 1:
         # The files are split already: tf.distribute must not split the batches again (also

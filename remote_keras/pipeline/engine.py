@@ -128,22 +128,21 @@ class ReadEngine:
         return f"<ReadEngine loader={self.loader!r}>"
 
 
-class EngineAttributes:
-    """The engine's parts as attributes of what reads through it (iterators, `BatchReader`)."""
+# What the engine's parts are, for the attributes of what reads through it.
+_ENGINE_ATTRIBUTES = {
+    "loader": "The loader reading the files (`loader_choice` says which and why).",
+    "loader_choice": 'Which loader reads the files and why (`"given"`: a callable of your own).',
+    "cache": "The disk cache of fetched bytes (a `DiskCache`), or `None`.",
+}
 
-    engine: ReadEngine
 
-    @property
-    def loader(self) -> Any:
-        """The loader reading the files (`loader_choice` says which and why)."""
-        return self.engine.loader
+def engine_attribute(name: str) -> Any:
+    """A read-only property that is the engine's part `name` (for iterators and `BatchReader`).
 
-    @property
-    def loader_choice(self) -> str:
-        """Which loader reads the files and why (`"given"` for a callable of one's own)."""
-        return self.engine.loader_choice
+    Args:
+        name: `"loader"`, `"loader_choice"` or `"cache"`.
 
-    @property
-    def cache(self) -> DiskCache | None:
-        """The disk cache of fetched bytes, or `None`."""
-        return self.engine.cache
+    Returns:
+        A `property` reading `self.engine.<name>`, documented.
+    """
+    return property(lambda self: getattr(self.engine, name), doc=_ENGINE_ATTRIBUTES[name])

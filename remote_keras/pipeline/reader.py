@@ -20,7 +20,7 @@ from typing_extensions import Unpack
 
 from remote_keras import errors
 from remote_keras.pipeline import batches, sharding
-from remote_keras.pipeline.engine import EngineAttributes, ReadEngine
+from remote_keras.pipeline.engine import ReadEngine, engine_attribute
 from remote_keras.pipeline.epochs import BatchPlan, EpochPlanner
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides
 from remote_keras.pipeline.prefetch import Prefetcher, WorkerPools
@@ -30,7 +30,7 @@ CLASS_MODES = ("sparse", "binary", "categorical", "raw", None)
 _CHANNELS = {"grayscale": 1, "rgb": 3, "rgba": 4}
 
 
-class BatchReader(EngineAttributes):
+class BatchReader:
     """Reads batches of images (and labels) from paths or URLs, with the core pipeline alone.
 
     Batch `i` of epoch `e` is a function of `(seed, e, i)`, as for the Keras
@@ -70,6 +70,9 @@ class BatchReader(EngineAttributes):
     image_data_generator = None  # no Keras augmentation: `batches` and `epochs` read these
     save_to_dir = None
     sample_weight = None
+    loader = engine_attribute("loader")
+    loader_choice = engine_attribute("loader_choice")
+    cache = engine_attribute("cache")
 
     def __init__(
         self,

@@ -14,10 +14,13 @@ keep their arguments, defaults, attributes and messages. What changes:
   Keras's when batches are read in order (`it[0], it[1], ...` in the first
   epoch, or `next(it)`).
 
-`RemoteBatchMixin` holds Keras's entry points; `epoch_clock.EpochClock` tells epoch
-ends from Keras's resets using only the calls Keras makes in public; `state`,
-`scheduling` and `lifecycle` hold the public state, the look-ahead and what
-each process needs of its own (lock, thread pools).
+Each class is Keras's own with at most four of this package's classes ahead
+of it: the class itself, `DataFrameCore` or `DirectoryCore`, `RemoteBatchMixin`
+(Keras 3's `Iterator`) and `RemoteBatchCore`, which holds the public attributes
+and delegates to its parts: `Scheduler` (indices to batches, look-ahead, epoch
+ends told by `keras_lines.epoch_clock.EpochClock` from the calls Keras makes in
+public), `Resumable` (state and resume) and `ProcessLocal` (each process's lock
+and thread pools).
 """
 
 from remote_keras.keras3.iterators.base import RemoteBatchMixin

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import types
 import warnings
-from typing import Any
 
 import keras
 
 from remote_keras.keras3.keras_src import legacy_image, print_msg
 from remote_keras.keras_agnostic.batch_core import RemoteBatchCore
-from remote_keras.keras_lines import KerasLine, line_of
+from remote_keras.keras_lines import line_of
 from remote_keras.keras_lines.epoch_clock import KEPT_BATCHES, PredictedOrder
 
-# What the shared iterator cores ask of Keras 3 (`SchedulingMixin.keras_api`).
+# What the shared iterator core asks of Keras 3 (`RemoteBatchCore.keras_api`).
 KERAS_3_API = types.SimpleNamespace(
     floatx=keras.config.floatx,
     image_data_format=keras.config.image_data_format,
@@ -43,8 +42,8 @@ class RemoteBatchMixin(RemoteBatchCore, legacy_image.Iterator):
     iterator too). The iterator reads ahead itself instead (`prefetch_batches`).
     """
 
-    keras_line: KerasLine = line_of("keras3")  # the Keras 3 line the program loaded
-    keras_api: Any = KERAS_3_API
+    keras_line = line_of("keras3")  # the Keras 3 line the program loaded
+    keras_api = KERAS_3_API
 
     @property
     def workers(self) -> int:
