@@ -60,7 +60,7 @@ NOTF_ONCE_TESTS := tests/test_backends.py tests/test_backend_epochs.py tests/tes
 # all on TensorFlow 2.15; on tf_keras (TF_USE_LEGACY_KERAS=1) a shorter one, for CI's time:
 # parity, fit reading once per epoch, the enqueuer's epoch ends, a corrupt and a truncated
 # image, presigned lakeFS reads and resume.
-KERAS2_TESTS := tests/keras2 tests/keras_lines/test_lines.py tests/keras_lines/test_keras2.py \
+KERAS2_TESTS := tests/keras2 tests/keras_lines/test_lines.py tests/keras_lines/test_keras2.py tests/test_backup_record.py \
 	tests/keras_lines/test_private_homes.py
 KERAS2_LEGACY_TESTS := tests/keras2/test_parity.py tests/keras2/test_image_dataset.py \
 	tests/keras2/test_fit.py::test_fit_reads_each_image_once_per_epoch_and_trains_each_epochs_batches \
