@@ -25,7 +25,9 @@ from remote_keras.pipeline.reader import BatchReader
 ROOT = Path(__file__).resolve().parent.parent
 # The fronts (both Keras fronts and their shared core) over the pipeline over storage over
 # the errors; the package root (lazy names) over all.
-LAYERS = {"storage": 1, "pipeline": 2, "keras_agnostic": 3, "keras3": 3, "keras2": 3}
+LAYERS = {
+    "storage": 1, "pipeline": 2, "keras_agnostic": 3, "image_dataset": 3, "keras3": 3, "keras2": 3
+}  # fmt: skip
 # Front behaviour the pipeline runs through a typed callable it is handed, never by name.
 HANDED_DOWN = frozenset({"remote_keras.keras_agnostic.pixels.keras_pixels.<locals>.augment"})
 

@@ -224,7 +224,7 @@ def test_format_is_checked_with_keras_message(image_dir):
 
 
 def test_pass_start_keeps_an_abandoned_passs_first_reads_for_the_next_pass_only():
-    from remote_keras.keras_agnostic.dataset_grain import PassStart
+    from remote_keras.image_dataset.grain_dataset import PassStart
 
     start = PassStart(frozenset({0, 1}), window=2)
     for index in (0, 1):  # a pass abandoned after its first elements

@@ -201,17 +201,31 @@ def test_only_keras_api_imports_keras_2_in_the_keras_2_front():
     assert set(importers) == {"remote_keras/keras2/keras_api.py"}, importers
 
 
+def test_tensorflow_and_grain_are_imported_only_where_the_names_say_so():
+    tensorflow = _importers_of("remote_keras", lambda name: _top(name) == "tensorflow")
+    grain = _importers_of("remote_keras", lambda name: _top(name) == "grain")
+    assert set(tensorflow) == {
+        "remote_keras/keras_agnostic/tensorflow_import.py",  # TensorFlow, for what needs it
+        "remote_keras/image_dataset/tf_graph.py",
+        "remote_keras/keras2/keras_api.py",  # Keras 2 is `tf.keras`
+    }, tensorflow
+    assert set(grain) == {"remote_keras/image_dataset/grain_dataset.py"}, grain
+
+
 def test_the_fronts_and_their_core_import_neither_front():
     keras3 = _importers_of("remote_keras/keras3", lambda n: n.startswith("remote_keras.keras2"))
     keras2 = _importers_of("remote_keras/keras2", lambda n: n.startswith("remote_keras.keras3"))
-    core = _importers_of(
-        "remote_keras/keras_agnostic",
-        lambda n: (
-            n.startswith(("remote_keras.keras2", "remote_keras.keras3"))
-            or _top(n) in ("keras", "tf_keras")
-        ),
-    )
-    assert (keras3, keras2, core) == ({}, {}, {})
+    shared = [
+        _importers_of(
+            folder,
+            lambda n: (
+                n.startswith(("remote_keras.keras2", "remote_keras.keras3"))
+                or _top(n) in ("keras", "tf_keras")
+            ),
+        )
+        for folder in ("remote_keras/keras_agnostic", "remote_keras/image_dataset")
+    ]
+    assert (keras3, keras2, *shared) == ({}, {}, {}, {})
 
 
 # The iterators' one shared class holds their whole public surface (Keras's attributes and the

@@ -23,11 +23,12 @@ import remote_keras as rk
 from tests.helpers import assert_same_batch
 
 # Modules that must import without Keras or TensorFlow: everything outside the Keras fronts
-# (their shared core, `keras_agnostic`, included).
+# (their shared core, `keras_agnostic`, and `image_dataset` included).
 CORE_PACKAGES = (
     "remote_keras.storage",
     "remote_keras.pipeline",
     "remote_keras.keras_agnostic",
+    "remote_keras.image_dataset",
     "remote_keras.keras_lines",
 )
 CORE_MODULES = (

@@ -3,7 +3,7 @@
 Same signature, defaults, file order, shuffling, split, labels and pixels as
 `tf.keras.utils.image_dataset_from_directory` of Keras 2.15 (and tf_keras),
 plus the package's options as keywords; the body is the one the Keras 3 front
-uses (`keras_agnostic/image_dataset.py`), with Keras 2's class-name rules.
+uses (`remote_keras/image_dataset/`), with Keras 2's class-name rules.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from remote_keras.keras_agnostic import dataset_arguments, image_dataset
+from remote_keras.image_dataset import arguments as dataset_arguments
+from remote_keras.image_dataset import dataset as image_dataset
 from remote_keras.pipeline.options import NAMES, LoaderOptions, LoaderOverrides, keras_arguments
 
 

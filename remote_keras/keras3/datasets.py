@@ -3,7 +3,7 @@
 Same signature, defaults, messages, file order, shuffling, split and pixels as
 `keras.utils.image_dataset_from_directory` (Keras 3.8 to 3.15), plus the
 package's options as keywords; the body is shared with the Keras 2 front
-(`keras_agnostic/image_dataset.py`).
+(`remote_keras/image_dataset/`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from typing import Any
 import keras
 from typing_extensions import Unpack
 
+from remote_keras.image_dataset import arguments as dataset_arguments
+from remote_keras.image_dataset import dataset as image_dataset
 from remote_keras.keras3.grain_arithmetic import KerasGrainArithmetic
 from remote_keras.keras3.keras_src import print_msg
-from remote_keras.keras_agnostic import dataset_arguments, image_dataset
 from remote_keras.pipeline.options import LoaderOptions, LoaderOverrides, keras_arguments
 
 

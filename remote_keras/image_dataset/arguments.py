@@ -98,7 +98,7 @@ def make_arguments(
     grain_arithmetic: Callable[..., Any] | None = None,
     keras_line: int = 3,
 ) -> dict[str, Any]:
-    """A front's arguments, checked in Keras's order, as `image_dataset.make` takes them.
+    """A front's arguments, checked in Keras's order, as `dataset.make` takes them.
 
     Args:
         arguments: The front's arguments by name, but `directory` and the
@@ -112,7 +112,7 @@ def make_arguments(
         keras_line: 3, or 2 for Keras 2.15's checks and classes.
 
     Returns:
-        `image_dataset.make`'s keyword arguments but `options` and `say`.
+        `dataset.make`'s keyword arguments but `options` and `say`.
     """
     given = arguments  # as the front received them
     label_mode, labels, channels, size, interpolation = checked(

@@ -1,7 +1,7 @@
 """The `tf.data` graph of `image_dataset_from_directory`: Keras's order, decode and batches.
 
 The order of each pass comes from TensorFlow's `shuffle` op, the bytes from
-`dataset_pipeline.EpochReader` (through `from_generator`), the pixels from the
+`reads.EpochReader` (through `from_generator`), the pixels from the
 TensorFlow ops Keras's function decodes and resizes with (`decode_resize`),
 and each batch's positions go back to the reader's account. TensorFlow is
 imported when a dataset is made, so the module loads without it.
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from remote_keras.image_dataset.reads import EpochReader
 from remote_keras.keras_agnostic import tensorflow_import
-from remote_keras.keras_agnostic.dataset_pipeline import EpochReader
 from remote_keras.keras_lines import dataset_passes
 from remote_keras.pipeline import interrupts
 
@@ -200,3 +200,10 @@ def build(
 
     dataset_passes.attach(batches, order, n, reader.passes, seed)
     return batches
+
+
+def label_array(labels: Any) -> np.ndarray:
+    """`labels` (one per file) as TensorFlow converts them: the dtype Keras's labels get."""
+    import tensorflow as tf
+
+    return tf.convert_to_tensor(list(labels)).numpy()

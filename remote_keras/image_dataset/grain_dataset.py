@@ -23,8 +23,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from remote_keras import errors
-from remote_keras.keras_agnostic.dataset_arguments import COLOR_MODES
-from remote_keras.keras_agnostic.dataset_pipeline import SKIP_FATE, body_of
+from remote_keras.image_dataset.arguments import COLOR_MODES
+from remote_keras.image_dataset.reads import SKIP_FATE, body_of
 from remote_keras.pipeline.decoding import decode_image
 from remote_keras.pipeline.engine import ReadEngine
 from remote_keras.pipeline.executors import InlineExecutor
@@ -83,7 +83,7 @@ class GrainSamples:
         self.pass_start = PassStart(frozenset(), 0)  # set by `build`, which knows the order
 
     def __call__(self, index: int) -> Any:
-        """The element of sample `index`: its image, or `(image, label)`; `None` if skipped.
+        """The element of sample `file_index`: its image, or `(image, label)`; `None` if skipped.
 
         Raises:
             ImageLoadError: (or the read's own error) with `on_error="raise"`.
@@ -155,7 +155,7 @@ class PassStart:
             self._batches += 1
 
     def take(self, index: int) -> bytes | None:
-        """Sample `index`'s kept bytes, or `None` (then read it, and `keep` it)."""
+        """Sample `file_index`'s kept bytes, or `None` (then read it, and `keep` it)."""
         with self._lock:
             if index in self.first:
                 return self._kept.get(index)

@@ -1,11 +1,11 @@
 """The body of `image_dataset_from_directory`, shared by the Keras 3 and Keras 2 fronts.
 
-The front checks the arguments (`dataset_arguments`) and says how Keras prints
+The front checks the arguments (`arguments`) and says how Keras prints
 and which data format it defaults to; from there the function is the same on
-both Keras lines: the folder is listed once (`dataset_index`), shuffled with
+both Keras lines: the folder is listed once (`file_index`), shuffled with
 Keras's permutation, split, sharded, and each subset becomes a `tf.data`
-pipeline fetching ahead through the package's engine (`dataset_pipeline`,
-`dataset_tf`), or with `format="grain"` a `grain.IterDataset` (`dataset_grain`).
+pipeline fetching ahead through the package's engine (`reads`,
+`tf_graph`), or with `format="grain"` a `grain.IterDataset` (`grain_dataset`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from remote_keras.keras_agnostic import (
-    dataset_arguments,
-    dataset_grain,
-    dataset_index,
-    dataset_pipeline,
-    dataset_tf,
-)
+from remote_keras.image_dataset import arguments, file_index, grain_dataset, reads, tf_graph
 from remote_keras.keras_lines import distribution
 from remote_keras.pipeline import sharding
 from remote_keras.pipeline.engine import ReadEngine
@@ -53,7 +47,7 @@ def make(
     say: Callable[[str], None],
     verbose: bool = True,
     keras_line: int = 3,
-    grain_arithmetic: dataset_grain.GrainArithmetic | None = None,
+    grain_arithmetic: grain_dataset.GrainArithmetic | None = None,
 ) -> Any:
     """The dataset (or, with `subset="both"`, the two) from checked arguments.
 
@@ -90,11 +84,11 @@ def make(
         training and validation ones.
     """
     if grain_arithmetic is not None:
-        dataset_grain.require()
+        grain_dataset.require()
     else:
-        dataset_tf.require()
+        tf_graph.require()
     shard, keras_split = _shard(options)
-    dataset_arguments.check_options(options)
+    arguments.check_options(options)
     if keras_split > 1:
         warnings.warn(
             f"keras.distribution splits this dataset's batches among {keras_split} processes "
@@ -148,8 +142,7 @@ def make(
         if not part_paths:
             what = f"{part} images" if subset == "both" else "images"
             raise ValueError(
-                f"No {what} found in directory {directory!r}. "
-                f"Allowed formats: {dataset_index.FORMATS}"
+                f"No {what} found in directory {directory!r}. Allowed formats: {file_index.FORMATS}"
             )
         chosen = shard.select(np.arange(len(part_paths)))
         part_paths = [part_paths[i] for i in chosen]
@@ -165,7 +158,7 @@ def make(
                     "(auto_shard_dataset=True) is not supported: pass "
                     "DataParallel(auto_shard_dataset=False), and each process reads its share."
                 )
-            reader: Any = dataset_grain.GrainSamples(
+            reader: Any = grain_dataset.GrainSamples(
                 files,
                 urls,
                 shown,
@@ -175,14 +168,14 @@ def make(
                 channels,
                 grain_arithmetic,
             )
-            dataset = dataset_grain.build(
+            dataset = grain_dataset.build(
                 reader, batch_size, part_shuffle, seed, grain_arithmetic.batch
             )
             _describe(dataset, names, urls, files, reader, directory, part)
             made.append(dataset)
             continue
-        reader = dataset_pipeline.EpochReader(files, urls, shown, batch_size or 32)
-        dataset = dataset_tf.build(
+        reader = reads.EpochReader(files, urls, shown, batch_size or 32)
+        dataset = tf_graph.build(
             reader,
             part_labels,
             label_mode,
@@ -236,7 +229,7 @@ def _indexed(
         raise ValueError("`class_names` cannot be given with labels=None (no labels).")
     inferred = labels == "inferred"
     sorted_folders = keras_line == 2 and inferred and class_names is not None
-    paths, classes, names = dataset_index.index(
+    paths, classes, names = file_index.index(
         directory, inferred, None if sorted_folders else class_names, follow_links, files
     )
     found: np.ndarray | None = None
@@ -259,9 +252,7 @@ def _indexed(
                 "label per file."
             )
         if tensorflow:
-            import tensorflow as tf
-
-            found = tf.convert_to_tensor(list(labels)).numpy()  # the dtype Keras's labels get
+            found = tf_graph.label_array(labels)
         else:  # grain: Keras's label op converts them
             found = np.asarray(list(labels))
         names = sorted(set(labels))
@@ -303,14 +294,14 @@ def _describe(
     names: list[str] | None,
     urls: list[str],
     files: ReadEngine,
-    reader: dataset_pipeline.EpochReader | dataset_grain.GrainSamples,
+    reader: reads.EpochReader | grain_dataset.GrainSamples,
     directory: str,
     subset: str | None,
 ) -> None:
     """Keras's attributes, plus what the package's records and users read."""
     dataset.class_names = names
     dataset.file_paths = urls  # what is read: on lakeFS, at the commit pinned
-    dataset.skipped = dataset_pipeline.Skipped(reader.skips)
+    dataset.skipped = reads.Skipped(reader.skips)
     dataset.subset = subset
     dataset.directory = directory
     dataset.options = files.options

@@ -1,4 +1,4 @@
-"""The fetching side of `image_dataset_from_directory`'s `tf.data` pipeline (`dataset_tf`).
+"""The fetching side of `image_dataset_from_directory`'s `tf.data` pipeline (`tf_graph`).
 
 Per pass over the dataset (an epoch):
 
@@ -13,7 +13,7 @@ Per pass over the dataset (an epoch):
    (`on_error="skip"`: a gap that later samples fill), or, with `"raise"`,
    as a placeholder that decodes, so that its batch is accounted for (and
    raises) as soon as its chunk arrives, however many files fail after it.
-3. TensorFlow decodes and resizes with Keras's ops (`dataset_tf.decode_resize`) in a
+3. TensorFlow decodes and resizes with Keras's ops (`tf_graph.decode_resize`) in a
    parallel map; samples whose decode fails are dropped (`ignore_errors`).
 4. Keras's JAX and PyTorch trainers build an unbuilt model from the first
    batch of a pass they then abandon, after TensorFlow's prefetch has pulled
