@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import io
 import os
+import pickle
 import sys
 
 import fsspec
@@ -176,3 +177,26 @@ def test_secrets_are_redacted_from_urls():
     assert redact("https://user:pw@host/x.png") == "https://***@host/x.png"
     assert "abc" not in redact("https://h/x.png?X-Amz-Signature=abc&a=1")
     assert redact("s3://bucket/key") == "s3://bucket/key"
+
+
+def test_the_clients_settings_travel_as_one_object_from_the_options_to_the_loader():
+    from remote_keras.pipeline.engine import ReadEngine
+    from remote_keras.pipeline.options import LoaderOptions
+    from remote_keras.storage.loaders import ClientSettings, FsspecLoader, ObstoreLoader
+
+    secret = {"key": "AKIA", "secret": "s3cr3t"}
+    options = LoaderOptions(loader="obstore", storage_options=secret, retries=2, pre_sign=False)
+    engine = ReadEngine(options)
+    settings = engine.client_settings
+    assert settings == ClientSettings(secret, options.retry_policy.timeout_s, False)
+    assert engine.loader.settings is settings  # the same object, not three arguments again
+    assert engine.loader._fallback.settings is settings  # and on to obstore's fsspec fallback
+    assert "s3cr3t" not in repr(settings)
+    copy = pickle.loads(pickle.dumps(engine.loader))
+    assert isinstance(copy, ObstoreLoader) and copy.settings == settings
+    assert ClientSettings.of(secret) == ClientSettings(secret)  # options alone are settings too
+    assert FsspecLoader.from_settings(settings).timeout_s == options.retry_policy.timeout_s
+    with pytest.raises(TypeError, match="pre_sign"):
+        ClientSettings({"pre_sign": True})
+    with pytest.raises(ValueError, match="pre_sign"):
+        ClientSettings({}, None, "yes")  # type: ignore[arg-type]

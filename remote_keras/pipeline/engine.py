@@ -21,7 +21,7 @@ from remote_keras.storage import locations, presign
 from remote_keras.storage.cache import DiskCache
 from remote_keras.storage.lakefs import Pinner
 from remote_keras.storage.listing import IMAGE_FORMATS, ListingScope
-from remote_keras.storage.loaders import Loader, choose_loader, make_loader
+from remote_keras.storage.loaders import ClientSettings, Loader, choose_loader, make_loader
 
 
 class ReadEngine:
@@ -39,9 +39,11 @@ class ReadEngine:
         self.options = options
         self.filesystems = locations.FileSystems(options.storage_options)
         self.pinner = Pinner(self.filesystems)
-        self.loader: Loader = make_loader(
-            options.loader, options.storage_options, self._timeout_s, options.pre_sign
+        # What every built-in loader's clients are made with, as one object.
+        self.client_settings = ClientSettings(
+            options.storage_options or {}, options.retry_policy.timeout_s, options.pre_sign
         )
+        self.loader: Loader = make_loader(options.loader, self.client_settings)
         self.loader_choice = "given" if callable(options.loader) else str(options.loader)
         cache = options.cache_dir
         self.cache = DiskCache(cache, options.cache_max_bytes) if cache is not None else None
@@ -53,17 +55,11 @@ class ReadEngine:
         if first_path is not None:
             self.choose_loader(first_path)
 
-    @property
-    def _timeout_s(self) -> float | None:
-        return self.options.retry_policy.timeout_s
-
     def choose_loader(self, first_path: str) -> None:
         """With `loader="auto"`, picks the loader for what `first_path` names (else nothing)."""
         if self.options.loader != "auto":
             return
-        self.loader, self.loader_choice = choose_loader(
-            first_path, self.options.storage_options, self._timeout_s, self.options.pre_sign
-        )
+        self.loader, self.loader_choice = choose_loader(first_path, self.client_settings)
         self.fetcher.loader = self.loader
 
     def pin(self, url: str) -> str:

@@ -9,9 +9,6 @@ through the Rust `obstore` client, one blocking call per file.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
-
 from remote_keras.storage.loaders.auto import choose_loader
 from remote_keras.storage.loaders.checked_reads import register_checked_reader
 from remote_keras.storage.loaders.fetched import CheckedReader, Fetched
@@ -21,6 +18,7 @@ from remote_keras.storage.loaders.protocol import (
     BatchLoader,
     CheckedBatchLoader,
     CheckedLoader,
+    ClientSettings,
     Loader,
     LoaderOutput,
 )
@@ -32,6 +30,7 @@ __all__ = [
     "CheckedBatchLoader",
     "CheckedLoader",
     "CheckedReader",
+    "ClientSettings",
     "Fetched",
     "FsspecLoader",
     "Loader",
@@ -42,7 +41,7 @@ __all__ = [
     "register_checked_reader",
 ]
 
-LOADERS: dict[str, Callable[..., Loader]] = {
+LOADERS: dict[str, type[FsspecLoader] | type[ObstoreLoader]] = {
     "fsspec": FsspecLoader,
     "obstore": ObstoreLoader,
 }
@@ -51,26 +50,23 @@ LOADERS: dict[str, Callable[..., Loader]] = {
 LOADER_NAMES = ("auto", *LOADERS)
 
 
-def make_loader(
-    loader: Loader | str | None,
-    storage_options: Mapping[str, Any] | None,
-    timeout_s: float | None = None,
-    pre_sign: bool | None = None,
-) -> Loader:
+def make_loader(loader: Loader | str | None, settings: ClientSettings) -> Loader:
     """Returns `loader` itself, or builds the named one (`"fsspec"`, `"obstore"`).
 
     `"auto"` builds the fsspec loader here; iterators then call
-    `choose_loader` once they know what they read. `timeout_s` bounds each
-    request of a named loader (`RetryPolicy.timeout_s`); `pre_sign` is
-    its `lakefs://` presigning (`FsspecLoader`).
+    `choose_loader` once they know what they read.
+
+    Args:
+        loader: A callable, a name in `LOADER_NAMES`, or `None` (`"auto"`).
+        settings: What a named loader's clients are made with (`ClientSettings`).
 
     Raises:
         TypeError: `loader` is neither callable nor a known name.
     """
     if loader is None or loader == "auto":
-        return FsspecLoader(storage_options, timeout_s, pre_sign)
+        return FsspecLoader.from_settings(settings)
     if isinstance(loader, str) and loader in LOADERS:
-        return LOADERS[loader](storage_options, timeout_s, pre_sign)
+        return LOADERS[loader].from_settings(settings)
     if callable(loader):
         return loader
     raise TypeError(

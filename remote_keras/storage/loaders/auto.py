@@ -20,7 +20,7 @@ from remote_keras.storage import locations
 from remote_keras.storage.loaders.fsspec_loader import FsspecLoader
 from remote_keras.storage.loaders.obstore_config import gcs_emulator, translate_options
 from remote_keras.storage.loaders.obstore_loader import ObstoreLoader
-from remote_keras.storage.loaders.protocol import Loader
+from remote_keras.storage.loaders.protocol import ClientSettings, Loader
 
 logger = logging.getLogger("remote_keras")
 
@@ -39,30 +39,27 @@ _AWS_SHARED_FILES = (
 
 
 def choose_loader(
-    url: str,
-    storage_options: Mapping[str, Any] | None,
-    timeout_s: float | None = None,
-    pre_sign: bool | None = None,
+    url: str, settings: ClientSettings | Mapping[str, Any] | None = None
 ) -> tuple[Loader, str]:
     """The loader `loader="auto"` reads `url` (and its siblings) with, and why.
 
     Args:
         url: A path or URL the iterator reads (its folder, or its first file).
-        storage_options: The iterator's storage options.
-        timeout_s: Seconds one request may take (`RetryPolicy.timeout_s`).
-        pre_sign: Whether `lakefs://` reads use presigned URLs (`FsspecLoader`).
+        settings: What the loader's clients are made with (`ClientSettings`),
+            or just the storage options.
 
     Returns:
         `(loader, reason)`: an `ObstoreLoader` or a `FsspecLoader`, and one
         line saying why (`"obstore"` or `"fsspec: <why not obstore>"`).
     """
     protocol = locations.protocol_of(url) if locations.is_url(url) else "file"
-    why_not = _why_not_obstore(url, protocol, storage_options or {})
+    settings = ClientSettings.of(settings)
+    why_not = _why_not_obstore(url, protocol, settings.storage_options)
     if why_not is None:
-        loader: Loader = ObstoreLoader(storage_options, timeout_s, pre_sign)
+        loader: Loader = ObstoreLoader.from_settings(settings)
         reason = f"obstore for {protocol}://"
     else:
-        loader, reason = FsspecLoader(storage_options, timeout_s, pre_sign), f"fsspec: {why_not}"
+        loader, reason = FsspecLoader.from_settings(settings), f"fsspec: {why_not}"
     logger.debug("loader='auto' reads %s:// with %s", protocol, reason)
     return loader, reason
 

@@ -88,24 +88,18 @@ class ObstoreLoader(BuiltinLoader):
     PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
 
     def _open(self) -> None:
-        self._fallback = FsspecLoader(self.storage_options, self.timeout_s, self.pre_sign)
+        self._fallback = FsspecLoader.from_settings(self.settings)
         self._stores: dict[tuple[int, str, str], Any] = {}
 
     def __repr__(self) -> str:
         return "ObstoreLoader()"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {
-            "storage_options": self.storage_options,
-            "timeout_s": self.timeout_s,
-            "pre_sign": self.pre_sign,
-            "fallback": self._fallback,
-        }
+        return {"settings": self.settings, "fallback": self._fallback}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        ObstoreLoader.__init__(
-            self, state["storage_options"], state.get("timeout_s"), state.get("pre_sign")
-        )
+        self.settings = state["settings"]
+        self._open()
         self._fallback = state["fallback"]
 
     def __call__(self, path: str) -> bytes:

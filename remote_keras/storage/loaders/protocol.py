@@ -5,16 +5,18 @@ at once (`BatchLoader`), `exists(path) -> bool`, which
 `validate_filenames=True` asks for protocols fsspec does not know, and
 `read_checked` / `load_many_checked`, which also return the checksum the
 store sent (`CheckedLoader`, `CheckedBatchLoader`; see `remote_keras.storage.integrity`).
-The built-in loaders share their arguments and their checks (`BuiltinLoader`).
+The built-in loaders share their arguments and their checks (`BuiltinLoader`), held
+in one `ClientSettings`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any, Protocol, runtime_checkable
 
-from remote_keras.storage.presign import presign_mode, refuse_in_storage_options
+from remote_keras.storage.lakefs.presign import presign_mode, refuse_in_storage_options
 
 LoaderOutput = Any  # bytes | file-like | PIL.Image.Image | numpy.ndarray
 Loader = Callable[[str], LoaderOutput]
@@ -85,10 +87,11 @@ def offers_checked(loader: Any, plain: str, checked: str) -> bool:
     return issubclass(checked_owner, plain_owner)
 
 
-class BuiltinLoader:
-    """The arguments of the built-in loaders (`FsspecLoader`, `ObstoreLoader`), checked once.
+@dataclasses.dataclass(frozen=True)
+class ClientSettings:
+    """What the built-in loaders make their clients with: one object through every layer.
 
-    Each subclass builds its clients' state from them in `_open`.
+    The model is httpx's `Timeout` and `Limits` (`remote_keras.storage.connections`).
 
     Args:
         storage_options: fsspec-style options for every URL (credentials,
@@ -97,11 +100,41 @@ class BuiltinLoader:
             `RetryPolicy.timeout_s`); `None`: the clients' defaults.
         pre_sign: Whether `lakefs://` reads use presigned URLs: `None` when
             the server supports them, `True` always, `False` never
-            (`remote_keras.storage.presign`).
+            (`remote_keras.storage.lakefs.presign`).
 
     Raises:
         TypeError: `storage_options` holds `pre_sign`.
         ValueError: `pre_sign` is not `None`, `True` or `False`.
+    """
+
+    storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    timeout_s: float | None = None
+    pre_sign: bool | None = None
+
+    def __post_init__(self) -> None:
+        refuse_in_storage_options(self.storage_options)
+        object.__setattr__(self, "storage_options", dict(self.storage_options or {}))
+        presign_mode(self.pre_sign)
+
+    @classmethod
+    def of(cls, given: ClientSettings | Mapping[str, Any] | None) -> ClientSettings:
+        """`given` itself, or settings with `given` as the storage options.
+
+        Args:
+            given: `ClientSettings`, or fsspec-style storage options, or `None`.
+
+        Returns:
+            The `ClientSettings`.
+        """
+        return given if isinstance(given, ClientSettings) else cls(given or {})
+
+
+class BuiltinLoader:
+    """The arguments of the built-in loaders (`FsspecLoader`, `ObstoreLoader`), checked once.
+
+    Each subclass builds its clients' state from them in `_open`. The
+    arguments are those of `ClientSettings` (held as `settings`), and so are
+    the errors raised for them; `from_settings` takes the object itself.
     """
 
     def __init__(
@@ -110,11 +143,31 @@ class BuiltinLoader:
         timeout_s: float | None = None,
         pre_sign: bool | None = None,
     ) -> None:
-        refuse_in_storage_options(storage_options)
-        self.storage_options = dict(storage_options or {})
-        self.timeout_s = timeout_s
-        self.pre_sign = presign_mode(pre_sign)
+        self.settings = ClientSettings(storage_options or {}, timeout_s, pre_sign)
         self._open()
+
+    @classmethod
+    def from_settings(cls, settings: ClientSettings) -> Any:
+        """The loader made with `settings` (`ClientSettings`), the object itself kept."""
+        loader = cls.__new__(cls)
+        loader.settings = settings
+        loader._open()
+        return loader
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """The storage options its clients are made with (never shown)."""
+        return dict(self.settings.storage_options)
+
+    @property
+    def timeout_s(self) -> float | None:
+        """Seconds one request may take; `None`: the clients' defaults."""
+        return self.settings.timeout_s
+
+    @property
+    def pre_sign(self) -> bool | None:
+        """Whether `lakefs://` reads use presigned URLs (`None`: when the server supports them)."""
+        return self.settings.pre_sign
 
     def _open(self) -> None:
         """Builds the loader's state from `storage_options`, `timeout_s` and `pre_sign`."""
