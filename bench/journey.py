@@ -163,7 +163,7 @@ def lakefs_stage(spec: dict) -> dict:
     import numpy as np
 
     import remote_keras as rk
-    from remote_keras.storage import presign
+    from remote_keras.storage.lakefs import presign
 
     stage, options = spec["stage"], spec["options"]
     out: dict = {}

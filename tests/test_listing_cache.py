@@ -21,7 +21,12 @@ from lakefs.client import Client
 
 import remote_keras as rk
 from remote_keras.pipeline.options import LoaderOptions
-from remote_keras.storage import listing_cache, listing_pages, parallel_listing, s3_listing_pages
+from remote_keras.storage.listing import (
+    listing_cache,
+    listing_pages,
+    parallel_listing,
+    s3_listing_pages,
+)
 from remote_keras.testing import LakeFSServer
 from tests.helpers import noise_png
 

@@ -124,7 +124,7 @@ def test_an_empty_table_is_empty():
 
 
 def test_presign_expects_the_same_folders_from_prefixed_paths_as_from_urls():
-    from remote_keras.storage.presign import PresignedReader
+    from remote_keras.storage.lakefs.presign import PresignedReader
 
     names = ["b/2.jpg", "a/1.jpg", "b/3.jpg", "top.jpg", "a/x/4.jpg"]
     prefix = "lakefs://repo/0123abcd/train/"

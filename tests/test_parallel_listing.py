@@ -1,9 +1,9 @@
-"""`remote_keras.storage.parallel_listing`: whole trees and folders listed from pages in parallel.
+"""`storage.listing.parallel_listing`: whole trees and folders listed from pages in parallel.
 
 Most tests list an in-memory bucket (`MemoryBucket`) that follows the `Lister`/`Page` protocol of
-`remote_keras.storage.listing_pages` (and S3's rules: keys in order, common prefixes rolled up
-with a delimiter, opaque continuation tokens), counting and recording every request; one lists
-the real S3 server and compares with `s3fs`'s own `find`.
+`remote_keras.storage.listing.listing_pages` (and S3's rules: keys in order, common prefixes
+rolled up with a delimiter, opaque continuation tokens), counting and recording every request;
+one lists the real S3 server and compares with `s3fs`'s own `find`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import s3fs
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from remote_keras.storage import parallel_listing
-from remote_keras.storage.listing_pages import Page
-from remote_keras.storage.parallel_listing import (
+from remote_keras.storage.listing import parallel_listing
+from remote_keras.storage.listing.listing_pages import Page
+from remote_keras.storage.listing.parallel_listing import (
     LakeFSLister,
     list_folders,
     list_tree,

@@ -8,7 +8,8 @@ import time
 import pytest
 
 import remote_keras as rk
-from remote_keras.storage import locations, progress
+from remote_keras.storage import progress
+from remote_keras.storage.listing import trees
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def test_a_slow_listing_keeps_the_bar_ticking(
     immediate_bars, terminal, monkeypatch, s3_images, s3_options, capsys
 ):
     url, _ = s3_images
-    real_find, real_tick = locations.find, progress._tick
+    real_find, real_tick = trees.find, progress._tick
     ticks = threading.Semaphore(0)
 
     def counting_tick(bar, stop):
@@ -59,7 +60,7 @@ def test_a_slow_listing_keeps_the_bar_ticking(
         return real_find(*args, **kwargs)
 
     monkeypatch.setattr(progress, "_tick", counting_tick)
-    monkeypatch.setattr(locations, "find", slow_find)
+    monkeypatch.setattr(trees, "find", slow_find)
     with rk.ImageDataGenerator(storage_options=s3_options).flow_from_directory(url):
         pass
     err = capsys.readouterr().err
@@ -72,13 +73,13 @@ def test_a_bar_written_to_a_file_is_not_redrawn(
     immediate_bars, monkeypatch, s3_images, s3_options, capsys
 ):
     url, _ = s3_images
-    real_find = locations.find
+    real_find = trees.find
 
     def slow_find(*args, **kwargs):
         time.sleep(0.5)  # five ticks' time: a bar written to a file must not use them
         return real_find(*args, **kwargs)
 
-    monkeypatch.setattr(locations, "find", slow_find)
+    monkeypatch.setattr(trees, "find", slow_find)
     with rk.ImageDataGenerator(storage_options=s3_options).flow_from_directory(url):
         pass
     err = capsys.readouterr().err  # not a terminal: what a log file gets

@@ -17,9 +17,9 @@ from remote_keras.pipeline.fetching import Fetcher
 from remote_keras.pipeline.options import LoaderOptions
 from remote_keras.pipeline.skips import SkipLog
 from remote_keras.pipeline.stats import StatsRecorder
-from remote_keras.storage import locations, presign
+from remote_keras.storage import locations
 from remote_keras.storage.cache import DiskCache
-from remote_keras.storage.lakefs import Pinner
+from remote_keras.storage.lakefs import Pinner, presign
 from remote_keras.storage.listing import IMAGE_FORMATS, ListingScope
 from remote_keras.storage.loaders import ClientSettings, Loader, choose_loader, make_loader
 

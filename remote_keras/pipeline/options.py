@@ -16,8 +16,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
+from remote_keras.storage.lakefs.presign import presign_mode, refuse_in_storage_options
 from remote_keras.storage.loaders import LOADER_NAMES, Loader
-from remote_keras.storage.presign import presign_mode, refuse_in_storage_options
 from remote_keras.storage.retry import RetryPolicy, as_policy
 
 OnError = Literal["raise", "skip"]

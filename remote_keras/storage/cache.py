@@ -4,7 +4,7 @@
 (`cache_dir`), which also holds a `CACHEDIR.TAG` (the Cache Directory Tagging
 standard: backup tools skip the folder). Nothing else in `cache_dir` is read,
 counted or deleted, except the listing cache's own `listings/*.keys.gz`
-files (see `remote_keras.storage.listing_cache`), which share the size limit. An
+files (see `remote_keras.storage.listing.listing_cache`), which share the size limit. An
 entry is named by the sha256 of the URL it came from, in a subfolder named by
 its first two hex digits, so the cache assumes objects do not change under
 one URL (true for lakeFS commit URLs; for a mutable bucket, clear the folder

@@ -14,7 +14,7 @@ class DirectoryIterator(DirectoryCore, RemoteBatchMixin, legacy_image.DirectoryI
     defaults, plus the keyword arguments of `DataFrameIterator`. A remote
     `directory` (`"s3://bucket/train"`) is listed once: one request when it holds at most
     1,000 objects, else its class folders in parallel
-    (`remote_keras.storage.parallel_listing`); the training and validation subsets of one
+    (`remote_keras.storage.listing.parallel_listing`); the training and validation subsets of one
     generator share the listing; classes, file order and `subset` splits are as for a local
     folder.
     """

@@ -8,10 +8,10 @@ from typing import Any
 
 from remote_keras import client_logs, errors
 from remote_keras.storage import lakefs, locations
+from remote_keras.storage.lakefs.presign import PresignedReader
 from remote_keras.storage.loaders import checked_reads
 from remote_keras.storage.loaders.fetched import Fetched
 from remote_keras.storage.loaders.protocol import BuiltinLoader
-from remote_keras.storage.presign import PresignedReader
 
 
 class FsspecLoader(BuiltinLoader):
@@ -21,7 +21,7 @@ class FsspecLoader(BuiltinLoader):
     a HEAD first (`locations.PROTOCOL_DEFAULTS`), and `lakefs://` objects are
     fetched with one API call instead of lakefs-spec's three, or, when the
     lakeFS server presigns, straight from its object store with one GET
-    (`remote_keras.storage.presign`). `read_checked` and `load_many_checked` also
+    (`remote_keras.storage.lakefs.presign`). `read_checked` and `load_many_checked` also
     return the checksum each response carried (`remote_keras.storage.integrity`).
 
     Args:
@@ -33,7 +33,7 @@ class FsspecLoader(BuiltinLoader):
         pre_sign: Whether `lakefs://` reads use presigned URLs: `None` (the
             default) when the server supports them, `True` always (an error
             where the server does not), `False` never (see
-            `remote_keras.storage.presign`).
+            `remote_keras.storage.lakefs.presign`).
 
     Raises:
         TypeError: `storage_options` holds `pre_sign`.

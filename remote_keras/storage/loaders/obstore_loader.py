@@ -36,7 +36,7 @@ class ObstoreLoader(BuiltinLoader):
     with the GIL released; `max_in_flight` bounds them. Other URLs and local
     paths fall back to `FsspecLoader`; listing and validation still use
     fsspec. `lakefs://` URLs read presigned addresses with one HTTP GET
-    each when the server presigns (`remote_keras.storage.presign`). Requires
+    each when the server presigns (`remote_keras.storage.lakefs.presign`). Requires
     `pip install obstore`. obstore's runtime does not survive `fork`: in a
     process forked after this one read through obstore (Keras's
     `use_multiprocessing=True` workers on Linux), reads go through

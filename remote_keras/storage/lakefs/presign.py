@@ -10,7 +10,7 @@ keeps the checksum in the store's headers (`integrity.from_headers`).
 
 The iterators name the URLs they will read (`expect`): the first read then
 starts listing all their folders in the background and renewing them
-half-way through their lifetime (`remote_keras.storage.presign_ahead`), so a
+half-way through their lifetime (`remote_keras.storage.lakefs.presign_ahead`), so a
 lakeFS server outage does not stop reads from the store while the
 addresses are valid.
 
@@ -42,8 +42,8 @@ from typing import Any
 from remote_keras import errors
 from remote_keras.errors import StoreResponseError
 from remote_keras.storage import connections, integrity, lakefs, retry
+from remote_keras.storage.lakefs.presign_ahead import PresignAhead
 from remote_keras.storage.packed_paths import AddressTable, PrefixedPaths
-from remote_keras.storage.presign_ahead import PresignAhead
 
 OPTION = "pre_sign"
 # lakeFS's default lifetime of a presigned URL, for servers that send no expiry.

@@ -1,7 +1,7 @@
 """What a dataset holds: remote folders listed into classes, dataframe rows checked.
 
 `list_classes` is what Keras's `DirectoryIterator.__init__` finds, from one
-listing instead of `os.walk` (`locations.walk_files`: the class folders in
+listing instead of `os.walk` (`trees.walk_files`: the class folders in
 parallel, keys only); `valid_rows` is `_filter_valid_filepaths` for URLs,
 listing parent folders instead of one request per row
 (`existence.existing`). Both reuse what `listing_cache` holds: the
@@ -23,7 +23,8 @@ import fsspec
 import numpy as np
 
 from remote_keras import errors
-from remote_keras.storage import existence, http_exists, lakefs, listing_cache, locations
+from remote_keras.storage import lakefs, locations
+from remote_keras.storage.listing import existence, http_exists, listing_cache, trees
 from remote_keras.storage.loaders import FsspecLoader, ObstoreLoader
 from remote_keras.storage.packed_paths import PackedNames, PrefixedPaths
 from remote_keras.storage.progress import progress_bar
@@ -147,7 +148,7 @@ def tree(scope: ListingScope, url: str) -> list[str]:
 def _tree(scope: ListingScope, url: str, bar: Any) -> list[str]:
     """The objects below `url` (pinned), from another subset's listing, the disk or a listing.
 
-    See `remote_keras.storage.listing_cache` for what is reused when.
+    See `remote_keras.storage.listing.listing_cache` for what is reused when.
     """
     options = scope.options
     generator, subset = scope.generator, scope.subset
@@ -159,7 +160,7 @@ def _tree(scope: ListingScope, url: str, bar: Any) -> list[str]:
         max_age = options.listing_cache_s
         key = listing_cache.fingerprint("tree", _store(scope, url), url)
         entries, from_disk = listing_cache.cached_listing(
-            lambda: locations.walk_files(url, scope.filesystems, bar),
+            lambda: trees.walk_files(url, scope.filesystems, bar),
             key,
             directory,
             max_age,

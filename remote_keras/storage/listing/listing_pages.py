@@ -1,7 +1,7 @@
 """One page of a listing, and what lists pages: shared by the listers below.
 
-`remote_keras.storage.parallel_listing` lists whole trees from pages;
-`remote_keras.storage.s3_listing_pages.S3Lister` and `parallel_listing.LakeFSLister` are the
+`remote_keras.storage.listing.parallel_listing` lists whole trees from pages;
+`remote_keras.storage.listing.s3_listing_pages.S3Lister` and `parallel_listing.LakeFSLister` are the
 listers.
 """
 

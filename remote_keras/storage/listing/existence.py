@@ -2,12 +2,12 @@
 
 Rows are grouped by the folder their URL names (the part before the last
 `/`), and only the folders are resolved and listed. On S3 and lakeFS
-(`remote_keras.storage.parallel_listing`) the folders are listed in parallel, each for the
+(`remote_keras.storage.listing.parallel_listing`) the folders are listed in parallel, each for the
 objects directly in it, unless they are many and hold few rows each: then
 their common folder is listed whole, which takes fewer requests. Other
 backends list one folder with `ls`, several with one `find` of their
 common folder; HTTP, which cannot list, is asked about each file with a HEAD
-(`remote_keras.storage.http_exists`), many in flight.
+(`remote_keras.storage.listing.http_exists`), many in flight.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 from fsspec import AbstractFileSystem
 
 from remote_keras import errors
-from remote_keras.storage import http_exists, locations, parallel_listing
+from remote_keras.storage import locations
+from remote_keras.storage.listing import http_exists, parallel_listing, trees
 
 # Folders listed one by one (in parallel) when there are at most this many, or when they
 # hold this many rows each on average; otherwise their common folder is listed whole.
@@ -190,7 +191,7 @@ def _list_together(fs: AbstractFileSystem, parents: list[str]) -> dict[str, set[
                     if e.get("type") != "directory"
                 ]
             else:
-                relative = locations.find(fs, root)
+                relative = trees.find(fs, root)
     except FileNotFoundError:
         return listed
     for entry in relative:

@@ -6,7 +6,7 @@ file at that commit, so commits and staged (uncommitted) writes made during
 training never leak into it. `iterator.lakefs_pins` lists the pins, and
 `remote_keras.keras3.callbacks.DataVersionCallback` writes them next to a model's
 checkpoints. When the server presigns, objects are read straight from its
-object store (`remote_keras.storage.presign`). Either way a read keeps the
+object store (`remote_keras.storage.lakefs.presign`). Either way a read keeps the
 checksum its response carried, for `verify_checksums`
 (`remote_keras.storage.integrity`).
 

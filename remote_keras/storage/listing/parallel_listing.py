@@ -19,7 +19,7 @@ of the keys, as S3 and lakeFS list them). `S3Lister` asks through the
 s3fs filesystem's own aiobotocore client and `LakeFSLister` through the
 lakeFS SDK client of the `lakefs_spec` filesystem (`lakefs.list_page`).
 
-S3 pages skip botocore's per-object parsing (`remote_keras.storage.s3_listing_pages`).
+S3 pages skip botocore's per-object parsing (`remote_keras.storage.listing.s3_listing_pages`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
-from remote_keras.storage.listing_pages import Lister, Page
+from remote_keras.storage.listing.listing_pages import Lister, Page
 
 # Listing requests in flight at once.
 CONCURRENCY = 32
@@ -79,7 +79,7 @@ def lister_for(fs: Any, path: str) -> tuple[Lister, str] | None:
     """
     kind = type(fs).__name__
     if kind == "S3FileSystem" and hasattr(fs, "_call_s3") and getattr(fs, "loop", None):
-        from remote_keras.storage.s3_listing_pages import S3Lister
+        from remote_keras.storage.listing.s3_listing_pages import S3Lister
 
         bucket, _, prefix = path.partition("/")
         if bucket and not getattr(fs, "version_aware", False):

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote_plus
 
-from remote_keras.storage.listing_pages import Page
+from remote_keras.storage.listing.listing_pages import Page
 
 # Keys per page asked of S3 (its maximum).
 S3_PAGE = 1000
