@@ -24,6 +24,9 @@ shard count), and each worker reads them for its shard. There tf.distribute
 splits each batch of a worker's shard into as many steps as there are workers
 (the per-worker steps Keras counts): a backup in steps is then taken once the
 batch ends, so that it resumes where a batch begins.
+
+The records also hold the `validation_iterator=`'s state and the passes of the datasets
+`fit` reads (`dataset_passes.Keras2Fit`), restored before Keras makes its first iterator.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ from remote_keras.keras_agnostic.backup_record import Record
 from remote_keras.keras_agnostic.resume import own_shard
 from remote_keras.keras_lines import KERAS_2, keras3
 from remote_keras.keras_lines.backup_hooks import Keras2BackupHooks
-from remote_keras.keras_lines.keras2 import keras2_resumption
+from remote_keras.keras_lines.dataset_passes import Keras2Fit
+from remote_keras.keras_lines.keras2 import keras2_resumption, optimizer_steps
 from remote_keras.keras_lines.keras3 import json_random_state, python_random_state, shuffled
 from remote_keras.keras_lines.resumption import Resumption
 
@@ -56,12 +60,15 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
     Args:
         backup_dir: Where Keras 2 keeps its backup (a local path or a
             `tf.io.gfile` URL); the iterator's records are written there too.
-        train_iterator: The remote_keras iterator passed to `fit`.
+        train_iterator: The remote_keras iterator passed to `fit`; not needed
+            for a dataset of `rk.image_dataset_from_directory` passed itself.
+        validation_iterator: The remote_keras iterator of `validation_data`.
         **kwargs: Keras 2's arguments (`save_freq`, `delete_checkpoint`, ...).
 
     Raises:
-        ValueError: `train_iterator` is missing (Keras 2 tells a callback
-            nothing about the data `fit` reads).
+        ValueError: when `fit` begins, `train_iterator` is missing and `fit`
+            trains on no such dataset (Keras 2 tells a callback nothing about
+            the data `fit` reads).
 
     Example:
 
@@ -71,17 +78,18 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
     ```
     """
 
-    def __init__(self, backup_dir: str, train_iterator: Any = None, **kwargs: Any) -> None:
-        if train_iterator is None:
-            raise ValueError(
-                "On Keras 2, pass the iterator `fit` trains on: "
-                "`remote_keras.BackupAndRestore(backup_dir, train_iterator=train)`. Keras 2 "
-                "does not tell callbacks which data `fit` reads, and without the iterator a "
-                "restart would read the data from its first epoch again."
-            )
+    def __init__(
+        self,
+        backup_dir: str,
+        train_iterator: Any = None,
+        validation_iterator: Any = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(backup_dir, **kwargs)
         KERAS_2.check_backup(self, keras_api.BackupAndRestore)
         self.train_iterator = train_iterator
+        self.validation_iterator = validation_iterator
+        self.fit_datasets = Keras2Fit()  # the datasets `fit` reads, and their passes
         self.state_path = posixpath.join(str(backup_dir), RECORDS_FILE)
         self._records: list[Record] = []  # the last two written, oldest first
         self._pending: list[Record] | None = None  # a previous run's, until matched
@@ -107,12 +115,15 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
         self._writes = keras_api.writes_checkpoints(self.model)
         if self._writes:
             backup_record.remove_leftovers([self.state_path], _FILES)
-        self._pending = backup_record.read(self.state_path, self.train_iterator.shard.count, _FILES)
+        self._pending = backup_record.read(self.state_path, _shards(self), _FILES)
         self._records = list(self._pending or [])  # a kill before Keras's next backup needs them
+        self._pending = restore_others(self, self._pending)  # before Keras's first iterator
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         super().on_epoch_begin(epoch, logs)
         self._epoch, self._first_step = epoch, True
+        if not trains_the_iterator(self):  # datasets alone
+            return
         draws = self.train_iterator.resumable.draws
         draws.mark()
         if self._pending is not None:
@@ -139,7 +150,12 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
             self._deferred = False
             self.write_backup(self._epoch, batch)
 
+    def on_test_begin(self, logs: dict | None = None) -> None:
+        super().on_test_begin(logs)
+        self.fit_datasets.test_begin()
+
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.fit_datasets.epoch_end(epoch)
         if self._first_step and self._per_batch > 1:
             raise ValueError(
                 f"fit's data ran out at the start of epoch {epoch}: with `steps_per_epoch`, "
@@ -149,7 +165,8 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
         super().on_epoch_end(epoch, logs)
 
     def on_train_end(self, logs: dict | None = None) -> None:
-        self.train_iterator.resumable.draws.disarm()
+        if self.train_iterator is not None:
+            self.train_iterator.resumable.draws.disarm()
         if self._pending:  # Keras resumed after the last epoch: nothing left to train
             latest = self._pending[-1]
             self._pending = None
@@ -177,7 +194,7 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
     def _record(self, epoch: int, batch: int) -> Record:
         """Where a backup Keras writes now after step `batch` of `epoch` resumes the stream."""
         epoch, batch = int(epoch), int(batch)  # Keras may pass numpy integers
-        steps = (self.params or {}).get("steps") or self.train_iterator.resumable.batches
+        steps = (self.params or {}).get("steps") or _batches(self.train_iterator)
         state: tuple | None
         if self.save_freq == "epoch" or batch >= steps - 1:
             # The next epoch's order is drawn from the state after this one's draws: known
@@ -192,11 +209,13 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
             fit_shuffle=self._fit_shuffle,
             extra_draws=self._extra_draws,
             python_random=None if state is None else json_random_state(state),
-            train=self.train_iterator.state_dict(epoch=resume, batch=done // self._per_batch),
+            **data_state(self, epoch, resume, done // self._per_batch),
         )
 
     def _observe_draw(self) -> None:
         """After an epoch's first step: the state its order was drawn from, and if shuffled."""
+        if self.train_iterator is None:
+            return
         draws = self.train_iterator.resumable.draws
         draws.disarm()
         length = self.train_iterator.resumable.batches
@@ -230,8 +249,7 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
         if record is not None:
             self._records = [*self._records[-1:], record]
         if self._writes:
-            shards = self.train_iterator.shard.count
-            backup_record.write(self.state_path, self._records, shards, _FILES)
+            backup_record.write(self.state_path, self._records, _shards(self) or 1, _FILES)
 
     def _resume(self, epoch: int, step: int) -> None:
         """Continues the stream where Keras resumes, at step `step` of `epoch`."""
@@ -301,7 +319,7 @@ def steps_per_batch(save_freq: Any, steps: int | None, iterator: Any) -> int:
         ValueError: `save_freq` in steps, and `fit`'s steps per epoch unknown or
             not those of the iterator: Keras 2 could not resume mid-epoch.
     """
-    if save_freq == "epoch":
+    if save_freq == "epoch" or iterator is None:
         return 1
     shard, length = iterator.shard, iterator.resumable.batches
     split = shard.count if shard.count > 1 and keras_api.multi_worker_scope() else 1
@@ -320,3 +338,59 @@ def steps_per_batch(save_freq: Any, steps: int | None, iterator: Any) -> int:
             + ", or back up with save_freq='epoch'."
         )
     return split
+
+
+# ---------------------------------------------------------------------------- the other data
+
+
+def _shards(callback: BackupAndRestore) -> int | None:
+    """The shard count of the iterators given (`None`: datasets alone, not checked)."""
+    given = [callback.train_iterator, getattr(callback, "validation_iterator", None)]
+    return next((it.shard.count for it in given if it is not None), None)
+
+
+def trains_the_iterator(callback: BackupAndRestore) -> bool:
+    """At an epoch's start: whether `fit` trains on `train_iterator` (else on datasets)."""
+    datasets = callback.fit_datasets.epoch_begin()
+    if callback.train_iterator is None and not datasets:
+        raise ValueError(
+            "On Keras 2, pass the iterator `fit` trains on: `BackupAndRestore(backup_dir, "
+            "train_iterator=train)`, or train on a dataset of `rk.image_dataset_from_directory` "
+            "itself. Keras 2 tells callbacks nothing of `fit`'s data: a restart would start over."
+        )
+    return callback.train_iterator is not None
+
+
+def _batches(iterator: Any) -> int:
+    """The iterator's batches per epoch; 0 for none (`if iterator` would call its `len()`)."""
+    return 0 if iterator is None else int(iterator.resumable.batches)
+
+
+def data_state(callback: BackupAndRestore, epoch: int, resume: int, batches: int) -> dict[str, Any]:
+    """The data's states for a backup resuming after `batches` of epoch `resume` (a backup
+    before `epoch`'s validation, which the resumed run skips, counts that pass)."""
+    train, validation = callback.train_iterator, callback.validation_iterator
+    passes = None if validation is None else validation.resumable.epoch
+    if passes is not None and callback.fit_datasets.validation_ahead(epoch, resume):
+        passes += 1
+    return {
+        "train": None if train is None else train.state_dict(epoch=resume, batch=batches),
+        "validation": None if validation is None else validation.state_dict(epoch=passes),
+        "datasets": callback.fit_datasets.state(epoch, resume),
+        "optimizer_steps": optimizer_steps(callback.model),
+    }
+
+
+def restore_others(callback: BackupAndRestore, records: list[Record] | None) -> Any:
+    """When `fit` begins: the validation iterator and datasets of the record Keras restored.
+
+    That record has the optimizer's step count Keras restored. Returns those left for `_resume`."""
+    steps = optimizer_steps(callback.model)
+    found = [r for r in records or [] if steps is not None and r.optimizer_steps == steps]
+    record = found[-1] if found else None
+    resumes = (record.epoch, record.batch) if record else (0, 0)
+    callback.fit_datasets.train_begin(record.datasets if record else [], resumes)
+    validation = callback.validation_iterator
+    if record is not None and record.validation is not None and validation is not None:
+        validation.load_state_dict(record.validation)
+    return records if callback.train_iterator is not None else None

@@ -57,11 +57,13 @@ class Record:
         python_random: The Python `random` state the epoch's batch order is
             drawn from (JSON form), or `None`.
         train: The training iterator's `state_dict()`, or `None`.
-        validation: The validation iterator's `state_dict()` (Keras 3).
-        datasets: The draws of `image_dataset_from_directory` datasets (Keras 3).
+        validation: The validation iterator's `state_dict()`.
+        datasets: The draws of `image_dataset_from_directory` datasets.
         order_origin: The epoch the uninterrupted run's `fit` started at (Keras 3).
         reads: How Keras reads the iterator, `"sequence"` or `"dataset"` (Keras 2).
         extra_draws: Orders Keras 2's enqueuer drew ahead between two epochs.
+        optimizer_steps: The optimizer's `iterations` when the backup was taken
+            (Keras 2): the record of the backup Keras restored is told by them.
     """
 
     epoch: int = 0
@@ -74,6 +76,7 @@ class Record:
     order_origin: int = 0
     reads: str | None = None
     extra_draws: int | None = None
+    optimizer_steps: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object."""

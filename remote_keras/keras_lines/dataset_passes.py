@@ -4,10 +4,9 @@ The dataset shuffles each pass with TensorFlow's `shuffle` op and one seed
 generator shared by all passes of the dataset object, as Keras's own dataset
 does: every iterator made over the dataset draws the next seeds, read or not
 (Keras's `fit` makes one at the end of each epoch that it never reads:
-`keras/src/trainers/epoch_iterator.py` line 125 of Keras 3.15.1; Keras 2.15 makes
-one per epoch in `DataHandler.enumerate_epochs`, `keras/src/engine/data_adapter.py`
-lines 1341-1346), so an epoch's order follows from the seed and the number of
-iterators made before.
+`keras/src/trainers/epoch_iterator.py` line 125 of Keras 3.15.1; Keras 2 makes one
+before its first epoch and one per epoch, `Keras2Fit`), so an epoch's order follows
+from the seed and the number of iterators made before.
 A dataset made again after a restart starts again at the first draw. Each
 dataset here counts its draws: the iterators made over it (`iter(dataset)`, as
 Keras's `fit` and `evaluate` and `as_numpy_iterator` make them) and the passes
@@ -230,3 +229,135 @@ def restore(saved: list[dict[str, Any]]) -> None:
                 "its epochs start again at the first pass's order.",
                 stacklevel=3,
             )
+
+
+# ---------------------------------------------------------------------------- Keras 2
+
+
+class Keras2Fit:
+    """The datasets one Keras 2 `fit` reads, and the draws a backup of it saves.
+
+    Keras 2's `fit` (TensorFlow 2.15's Keras; tf_keras 2.21 alike) makes its
+    iterators in `DataHandler.enumerate_epochs` (`keras/src/engine/data_adapter.py`
+    lines 1338-1346 of Keras 2.15, `tf_keras/src/engine/data_adapter.py` lines
+    1350-1358): one as its first epoch begins, never read, then, where it reads
+    a new pass each epoch (`DatasetAdapter.should_recreate_iterator`, lines 789-802
+    and 799-811: no `steps_per_epoch`, or the dataset's size), one at the start of
+    each epoch, before `on_epoch_begin()`; all after `on_train_begin()`, where
+    Keras's backup is restored (`keras/src/engine/training.py` lines 1777-1794 of
+    Keras 2.15, `tf_keras/src/engine/training.py` lines 1774-1791). So a resumed
+    `fit` makes one iterator more than the uninterrupted run before the epoch it
+    resumes: a backup that resumes at the next epoch saves the count less one;
+    one that resumes mid-epoch saves the count its epoch began with less two,
+    for the resumed epoch to read that epoch's order again, from its first batch
+    (Keras 2 reads a new pass and counts its steps from the saved one).
+
+    A validation pass is an `evaluate` of one epoch through the same method
+    (`training.py` lines 2282-2288 of Keras 2.15, 2278-2284 of tf_keras), after
+    `on_test_begin()`. Its draws are counted as made; a backup at an epoch's last
+    step (resumed at the next epoch) comes before that epoch's pass, whose draws
+    (as many as the last pass made, else two) it adds if `fit` validates after
+    that epoch: `Model._should_eval` (lines 4041-4046 of Keras 2.15, 4036-4041 of
+    tf_keras), `(epoch + 1) % validation_freq == 0`, with the smallest frequency
+    the epochs of this `fit` seen so far fit.
+    """
+
+    def __init__(self) -> None:
+        self._begun: Snapshot = []  # before the restore: what this `fit` moved since
+        self._restored: Snapshot = []  # after it: what Keras moved before the first epoch
+        self._epoch: Snapshot = []  # when the epoch in progress began
+        self._test: Snapshot = []  # when the validation pass in progress began
+        self._training: list[weakref.ref] | None = None  # known at the first epoch
+        self._single: list[weakref.ref] = []  # one iterator for every epoch: not continued
+        self._ended: dict[int, bool] = {}  # the epochs ended: validated after, or not
+        self._validating = False
+
+    def train_begin(self, saved: list[dict[str, Any]], resumes: tuple[int, int]) -> None:
+        """`on_train_begin()`, after Keras restored: moves the datasets to the `saved` draws.
+
+        Args:
+            saved: The record's `datasets` (`[]`: none, or no backup).
+            resumes: `(epoch, step)` the record resumes at.
+        """
+        self.__init__()  # type: ignore[misc]
+        self._begun = counts()
+        epoch, step = resumes
+        if step and any(entry.get("role") == "training" for entry in saved):
+            warnings.warn(
+                f"Keras 2 resumes epoch {epoch} at step {step}, but `fit` reads a new pass of "
+                "its dataset: the resumed epoch trains that epoch's order from its first "
+                "batch again (not the batches it had left); later epochs have the "
+                'uninterrupted run\'s orders. Back up with `save_freq="epoch"` to resume '
+                "a dataset exactly.",
+                stacklevel=3,
+            )
+        restore(saved)
+        self._restored = counts()
+
+    def epoch_begin(self) -> bool:
+        """`on_epoch_begin()`: whether `fit` trains on a counted dataset (its first epoch's)."""
+        self._epoch = counts()
+        if self._training is None:
+            made = [(d, d._rk_passes.count - (_in(self._restored, d) or (0, 0))[0])
+                    for d in open_datasets()]  # fmt: skip
+            self._training = [weakref.ref(d) for d, count in made if count > 1]
+            self._single = [weakref.ref(d) for d, count in made if count == 1]
+            for dataset in (d for d, count in made if count == 1):
+                warnings.warn(
+                    f"`fit` reads one pass of the dataset of "
+                    f"{errors.redact(str(dataset.directory))!r} across its epochs "
+                    "(`steps_per_epoch` is not its number of batches): `BackupAndRestore` "
+                    "cannot continue its order. Leave out `steps_per_epoch` to resume exactly.",
+                    stacklevel=3,
+                )
+        return bool(self._training)
+
+    def test_begin(self) -> None:
+        """`on_test_begin()`: a validation pass begins."""
+        self._test, self._validating = counts(), True
+
+    def epoch_end(self, epoch: int) -> None:
+        """`on_epoch_end()`, before a backup there."""
+        for dataset in open_datasets() if self._validating else ():
+            began = _in(self._test, dataset)
+            if began is not None and dataset._rk_passes.count > began[0]:
+                dataset._rk_validation_draws = dataset._rk_passes.count - began[0]
+        self._ended[epoch], self._validating = self._validating, False
+
+    def validates(self, epoch: int) -> bool:
+        """Whether `fit` validates after `epoch`, by the epochs ended so far (else: each)."""
+        for frequency in range(1, epoch + 2):
+            if all(((e + 1) % frequency == 0) == v for e, v in self._ended.items()):
+                return (epoch + 1) % frequency == 0
+        return True
+
+    def validation_ahead(self, epoch: int, resumes: int) -> bool:
+        """Whether a backup now, resuming at epoch `resumes`, skips `epoch`'s validation pass."""
+        return resumes == epoch + 1 and epoch not in self._ended and self.validates(epoch)
+
+    def state(self, epoch: int, resumes: int) -> list[dict[str, Any]]:
+        """The draws to restore, for each dataset this `fit` moved (restored or read).
+
+        Args:
+            epoch: The epoch in progress.
+            resumes: The epoch the backup resumes at (`epoch`: mid-epoch).
+        """
+        training = [ref() for ref in self._training or ()]
+        single = [ref() for ref in self._single]
+        ahead = self.validation_ahead(epoch, resumes)
+        saved = []
+        for dataset in open_datasets():
+            passes = dataset._rk_passes
+            if _in(self._begun, dataset) == (passes.count, passes.reads):
+                continue
+            if any(dataset is d for d in single):
+                continue
+            role, count = "validation", passes.count
+            if any(dataset is d for d in training):
+                role, began = "training", _in(self._epoch, dataset)
+                count = began[0] - 2 if resumes == epoch and began is not None else count - 1
+            elif ahead:
+                count += getattr(dataset, "_rk_validation_draws", 2)
+            derived = passes.reads > passes.count
+            saved.append({**_key(dataset), "passes": count, "derived": derived, "role": role})
+        return saved

@@ -219,3 +219,15 @@ def keras2_resumption(
     for step, index in enumerate(order):
         positions[index] = order[(step + done) % batches]
     return Resumption(epoch, tuple(positions))
+
+
+def optimizer_steps(model: Any) -> int | None:
+    """The steps `model`'s optimizer has taken (`iterations`), or `None` without one.
+
+    Keras 2's `BackupAndRestore` saves the model, its optimizer with it, and
+    restores it in `on_train_begin()` (`keras/src/distribute/worker_training_state.py`
+    lines 85-90 and 151-162 of Keras 2.15; tf_keras 2.21 alike), so the count
+    read then is the one read when the backup restored was written.
+    """
+    iterations = getattr(getattr(model, "optimizer", None), "iterations", None)
+    return None if iterations is None else int(iterations.numpy())

@@ -1,7 +1,7 @@
 """Keras 2.15 and tf_keras (`keras_lines.keras2`), without Keras 2.
 
 Its paired epoch ends (enqueuer thread + fit thread), told apart by thread alone; its
-`fit(shuffle=True)` draws and a resumed epoch's order.
+`fit(shuffle=True)` draws and a resumed epoch's order; the optimizer's step count.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from remote_keras.keras_lines.keras2 import (
     Keras2Clock,
     KerasDraws,
     keras2_resumption,
+    optimizer_steps,
 )
 from remote_keras.keras_lines.keras3 import shuffled
 
@@ -177,3 +178,18 @@ def test_the_draw_is_told_from_the_states_seen_at_len():
     draws.at_len()
     random.random()  # something else drew
     assert draws.drawn_from(6) == (None, None)
+
+
+def test_the_optimizer_steps_are_read_from_its_iterations():
+    class Iterations:
+        def numpy(self):
+            return 12  # a NumPy integer from a variable, in Keras
+
+    class Optimizer:
+        iterations = Iterations()
+
+    class Model:
+        optimizer = Optimizer()
+
+    assert optimizer_steps(Model()) == 12
+    assert optimizer_steps(object()) is None  # no optimizer: no count
