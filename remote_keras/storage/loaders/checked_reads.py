@@ -17,7 +17,7 @@ own (it is asked before the built-in ones). Filesystems of no registered
 protocol are read with `cat_file`, with no checksum.
 
 obstore (`read_obstore`) keeps the ETag of S3 reads (GCS and Azure ETags are
-not MD5s); lakeFS reads keep theirs in `storage.lakefs` and `storage.presign`.
+not MD5s); lakeFS reads keep theirs in `storage.lakefs` and `storage.lakefs.presign`.
 """
 
 from __future__ import annotations
