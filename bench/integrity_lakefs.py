@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -68,7 +69,12 @@ def make_data(root: Path, count: int, seed: int) -> tuple[pd.DataFrame, str]:
 
 
 def serve(root: Path, key: str, data_port: int, presign_url: str) -> tuple[subprocess.Popen, dict]:
-    """The stand-in on `root` in its own process, presigning to `presign_url`."""
+    """The stand-in on `root` in its own process, presigning to `presign_url`.
+
+    Raises:
+        OSError: the stand-in could not listen on `data_port` (another socket took it
+            after it was found free).
+    """
     env = dict(os.environ, REMOTE_KERAS_LAKEFS_ACCESS_KEY_ID=key,
                REMOTE_KERAS_LAKEFS_SECRET_ACCESS_KEY=os.environ["SECRET"])  # fmt: skip
     command = [sys.executable, "-m", "remote_keras.testing.lakefs", "--root", str(root),
@@ -76,7 +82,36 @@ def serve(root: Path, key: str, data_port: int, presign_url: str) -> tuple[subpr
                "--presign-url", presign_url]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     assert process.stdout is not None
-    return process, json.loads(process.stdout.readline())
+    line = process.stdout.readline()
+    if not line:  # it exited: the port was taken meanwhile (its traceback is on stderr)
+        process.wait(10)
+        raise OSError(f"the lakeFS stand-in could not start on port {data_port}")
+    return process, json.loads(line)
+
+
+def serve_behind_proxy(
+    root: Path, key: str, attempts: int = 3
+) -> tuple[Any, subprocess.Popen, dict]:
+    """The stand-in and the proxy in front of its data server: `(proxy, process, options)`.
+
+    The data server's port is chosen before the proxy and the stand-in start; on a busy
+    machine another socket may take it meanwhile, and then a new port is tried.
+    """
+    from remote_keras.testing.base import free_port
+    from remote_keras.testing.proxy import ProxyProcess
+
+    for attempt in range(attempts):
+        data_port = free_port()
+        proxy = ProxyProcess(data_port).start()
+        try:
+            process, options = serve(root, key, data_port, proxy.endpoint_url)
+        except OSError:
+            proxy.close()
+            if attempt == attempts - 1:
+                raise
+            continue
+        return proxy, process, options
+    raise AssertionError("unreachable")
 
 
 def read_epochs(options, df, pre_sign, epochs, verify) -> tuple[list[list[np.ndarray]], object]:
@@ -157,16 +192,14 @@ def main() -> None:
     parser.add_argument("--skip-caught", action="store_true", help="only (b)")
     args = parser.parse_args()
 
-    from remote_keras.testing.base import free_port
     from remote_keras.testing.proxy import ProxyProcess
 
     os.environ.setdefault("SECRET", "bench-secret-" + os.urandom(8).hex())
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "lakefs"
         df, key = make_data(root, args.images, seed=0)
-        data_port = free_port()
-        with ProxyProcess(data_port) as store_proxy:
-            process, options = serve(root, key, data_port, store_proxy.endpoint_url)
+        store_proxy, process, options = serve_behind_proxy(root, key)
+        with store_proxy:
             try:
                 api_port = int(options["host"].rsplit(":", 1)[1])
                 with ProxyProcess(api_port) as api_proxy:

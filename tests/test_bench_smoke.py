@@ -114,3 +114,33 @@ def test_lakefs_integrity_benchmark_catches_every_flip_in_both_modes(tmp_path):
         assert on["batches_wrong"] == 0, on
         assert on["checksum_mismatches"] == on["bodies_flipped"] >= 1, on
         assert report["cpu"][mode]["cpu_ms_per_image_on"] > 0
+
+
+@pytest.mark.slow
+def test_the_lakefs_integrity_benchmark_tries_another_port_when_its_port_is_taken(
+    tmp_path, monkeypatch
+):
+    import socket
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import integrity_lakefs
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    monkeypatch.setenv("SECRET", "test-secret")
+    taken = socket.create_server(("127.0.0.1", 0))  # another socket holds the chosen port
+    port = taken.getsockname()[1]
+    ports = iter([port])
+    from remote_keras.testing import base
+
+    real_free_port = base.free_port
+    monkeypatch.setattr(base, "free_port", lambda: next(ports, None) or real_free_port())
+    with taken:
+        proxy, process, options = integrity_lakefs.serve_behind_proxy(tmp_path, "key")
+    try:
+        assert proxy.upstream_port != port
+        assert options["host"].startswith("http://127.0.0.1:")
+    finally:
+        process.terminate()
+        process.wait(10)
+        proxy.close()
