@@ -173,6 +173,7 @@ def test_keras2_writes_its_records_through_the_shared_writer(tmp_path, monkeypat
         _records=[Record(epoch=1)],
         _writes=True,
         train_iterator=types.SimpleNamespace(shard=shard),
+        validation_iterator=None,
         state_path=path,
     )
     backup.BackupAndRestore._write(callback, FULL)

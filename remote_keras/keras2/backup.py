@@ -39,7 +39,6 @@ from typing import Any
 from remote_keras.keras2 import keras_api
 from remote_keras.keras_agnostic import backup_record
 from remote_keras.keras_agnostic.backup_record import Record
-from remote_keras.keras_agnostic.resume import own_shard
 from remote_keras.keras_lines import KERAS_2, keras3
 from remote_keras.keras_lines.backup_hooks import Keras2BackupHooks
 from remote_keras.keras_lines.dataset_passes import Keras2Fit
@@ -170,9 +169,7 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
         if self._pending:  # Keras resumed after the last epoch: nothing left to train
             latest = self._pending[-1]
             self._pending = None
-            self.train_iterator.resumable.set_state_in_order(
-                self._mine(latest.train), lambda length: None
-            )
+            self.train_iterator.resumable.set_state_in_order(latest.train, lambda length: None)
         super().on_train_end(logs)
         if getattr(self, "delete_checkpoint", True) and self._writes:
             _FILES.remove(self.state_path)
@@ -184,10 +181,6 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
             return
         self._write(self._record(epoch, batch))  # first: Keras's backup always has its record
         self.keras_backup(epoch, batch)
-
-    def _mine(self, state: Any) -> dict[str, Any]:
-        """A record's iterator state (the chief's) for this worker's shard."""
-        return own_shard(state, self.train_iterator, mid_epoch=False)
 
     # ---------------------------------------------------------------- records
 
@@ -238,8 +231,10 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
             self._extra_draws = {after: 0, ahead: 1}.get(state, self._extra_draws)
         self._drawn, self._fit_shuffle = state, shuffle
         exact, now = json_random_state(state), (self._epoch, 0)
-        fresh = [replace(r, python_random=exact, fit_shuffle=shuffle) for r in self._records]
-        fresh = [f if (r.epoch, r.batch) == now else r for r, f in zip(self._records, fresh)]
+        fresh = [
+            replace(r, python_random=exact, fit_shuffle=shuffle) if (r.epoch, r.batch) == now else r
+            for r in self._records
+        ]
         if fresh != self._records:  # the records of this epoch's start, drawn exactly now
             self._records = fresh
             self._write(None)
@@ -273,7 +268,7 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
             self._reads, self._drawn, self._fit_shuffle = "dataset", None, False
             done = int(record.train["batch"]) if record.train else 0
             iterator.resumable.set_state_in_order(
-                self._mine(record.train),
+                record.train,
                 lambda length: Resumption(epoch, tuple(range(done, length))) if done else None,
             )
             return
@@ -299,7 +294,7 @@ class BackupAndRestore(Keras2BackupHooks, keras_api.BackupAndRestore):
         def rest(length: int) -> Resumption | None:  # batches per epoch at the record's commits
             return keras2_resumption(epoch, step, length, shuffle, state) if step else None
 
-        iterator.resumable.set_state_in_order(self._mine(record.train), rest)
+        iterator.resumable.set_state_in_order(record.train, rest)
 
 
 def steps_per_batch(save_freq: Any, steps: int | None, iterator: Any) -> int:
@@ -345,7 +340,7 @@ def steps_per_batch(save_freq: Any, steps: int | None, iterator: Any) -> int:
 
 def _shards(callback: BackupAndRestore) -> int | None:
     """The shard count of the iterators given (`None`: datasets alone, not checked)."""
-    given = [callback.train_iterator, getattr(callback, "validation_iterator", None)]
+    given = [callback.train_iterator, callback.validation_iterator]
     return next((it.shard.count for it in given if it is not None), None)
 
 
@@ -389,6 +384,7 @@ def restore_others(callback: BackupAndRestore, records: list[Record] | None) -> 
     found = [r for r in records or [] if steps is not None and r.optimizer_steps == steps]
     record = found[-1] if found else None
     resumes = (record.epoch, record.batch) if record else (0, 0)
+    callback.fit_datasets = Keras2Fit()  # this `fit`'s
     callback.fit_datasets.train_begin(record.datasets if record else [], resumes)
     validation = callback.validation_iterator
     if record is not None and record.validation is not None and validation is not None:

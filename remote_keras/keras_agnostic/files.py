@@ -42,14 +42,13 @@ def listing_scope(it: Any) -> ListingScope:
     Returns:
         The engine's `ListingScope` for the iterator's folder.
     """
-    local = it.__dict__.get("_local")
-    pools: Any = None if local is None else local.pools
+    pools = it._local.pools
     return it.engine.listing_scope(
         directory=it.directory,
         generator=getattr(it, "image_data_generator", None),
         subset=getattr(it, "subset", None),
         formats=getattr(it, "white_list_formats", IMAGE_FORMATS),
-        checks=(lambda: pools.get("fetch")) if pools is not None else None,
+        checks=lambda: pools.get("fetch"),
     )
 
 

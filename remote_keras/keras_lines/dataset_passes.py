@@ -275,11 +275,12 @@ class Keras2Fit:
     def train_begin(self, saved: list[dict[str, Any]], resumes: tuple[int, int]) -> None:
         """`on_train_begin()`, after Keras restored: moves the datasets to the `saved` draws.
 
+        Called once, on a new `Keras2Fit`, by each `fit`.
+
         Args:
             saved: The record's `datasets` (`[]`: none, or no backup).
             resumes: `(epoch, step)` the record resumes at.
         """
-        self.__init__()  # type: ignore[misc]
         self._begun = counts()
         epoch, step = resumes
         if step and any(entry.get("role") == "training" for entry in saved):

@@ -111,7 +111,7 @@ def open_store(url: str, settings: _ObstoreSettings) -> Any:
 
 def translate_options(
     protocol: str,
-    options: dict[str, Any],
+    options: Mapping[str, Any],
     bucket: str = "",
     environ: Mapping[str, str] | None = None,
     timeout_s: float | None = None,

@@ -155,9 +155,9 @@ class BuiltinLoader:
         return loader
 
     @property
-    def storage_options(self) -> dict[str, Any]:
+    def storage_options(self) -> Mapping[str, Any]:
         """The storage options its clients are made with (never shown)."""
-        return dict(self.settings.storage_options)
+        return self.settings.storage_options
 
     @property
     def timeout_s(self) -> float | None:
